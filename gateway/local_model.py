@@ -207,7 +207,8 @@ class ManagedServer:
 
     def _failure(self, what: str) -> ManagedServerError:
         tail = "\n".join(f"  | {line}" for line in list(self._tail)[-15:]) or "  | (no output)"
-        return ManagedServerError(f"{self.kind} model server on port {self.port} {what}; its last output:\n{tail}")
+        where = f"{self.kind} model server on port {self.port}"
+        return ManagedServerError(f"{where} {what}; its last output:\n{tail}")
 
     async def _wait_until_answering(self) -> None:
         assert self._process is not None
@@ -222,7 +223,8 @@ class ManagedServer:
                     if response.status_code == 200:
                         return
                 if time.monotonic() > deadline:
-                    raise self._failure(f"did not answer {self.base_url}/models within {self.startup_timeout:g} s")
+                    within = f"within {self.startup_timeout:g} s"
+                    raise self._failure(f"did not answer {self.base_url}/models {within}")
                 await asyncio.sleep(_POLL_SECONDS)
 
     async def _settle_tail(self) -> None:
