@@ -213,7 +213,7 @@ class ManagedServer:
     async def _wait_until_answering(self) -> None:
         assert self._process is not None
         deadline = time.monotonic() + self.startup_timeout
-        async with httpx.AsyncClient(timeout=2.0) as client:
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as client:
             while True:
                 if self._process.returncode is not None:
                     await self._settle_tail()
