@@ -133,7 +133,5 @@ def test_a_whole_book_is_compressed_and_streamed(client):
         model="local", messages=book_and_question(), max_tokens=16, temperature=0, stream=True
     ) as response:
         assert_compressed(response.headers)
-        text = "".join(
-            chunk.choices[0].delta.content or "" for chunk in response.parse() if chunk.choices
-        )
+        text = "".join(chunk.choices[0].delta.content or "" for chunk in response.parse() if chunk.choices)
     assert text.strip()
