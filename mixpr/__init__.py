@@ -8,5 +8,179 @@ The whole library in one call::
     result.spans   # their (start, end) character spans in ``text``
     result.stats   # tokens/chunks before and after, route, alpha, timings
 
-(Implementation lands with issue #2; this file pins the public contract.)
+Flow: chunk -> embed (TF-IDF) -> rank (PageRank) -> select (budget) -> rebuild.
 """
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mixpr import baselines, routing, selection
+from mixpr.chunking import Chunks, chunk_text
+from mixpr.embedding import embed
+from mixpr.pagerank import personalised_pagerank
+from mixpr.tokens import count_tokens
+
+__all__ = ["METHODS", "ROUTES", "Compressed", "compress"]
+
+METHODS = ("mixpr", "rag-sparse", "middle-out")
+ROUTES = ("auto", "heuristic", "local", "global")
+# Calibrating the chars->tokens estimate converges in two or three rounds.
+_FIT_ROUNDS = 4
+
+
+@dataclass(frozen=True)
+class Compressed:
+    text: str
+    spans: list[tuple[int, int]]
+    stats: dict = field(default_factory=dict)
+
+
+def compress(
+    text: str,
+    *,
+    budget_tokens: int | None = 4000,
+    top_k: int | None = None,
+    route: str = "auto",
+    ask_llm: Callable[[str], str] | None = None,
+    method: str = "mixpr",
+    model: str | None = None,
+    boundaries: Iterable[int] = (),
+    original_tokens: int | None = None,
+) -> Compressed:
+    """Keep the chunks of ``text`` that matter for its final question.
+
+    ``top_k`` keeps that many chunks; otherwise ``budget_tokens`` bounds the result's
+    tokens (counted with ``model``'s tiktoken encoding). ``route`` picks the expert:
+    "local" (personalised PageRank, α=0.6), "global" (PageRank, α=0), "heuristic",
+    or "auto" (ask ``ask_llm`` the paper's y/n question, heuristic if it can't say).
+    ``boundaries`` are offsets no chunk may cross (e.g. message boundaries).
+    The query chunk(s) at the end are always kept.
+    """
+    _validate(budget_tokens, top_k, route, method)
+    clock = _Clock()
+    chunks = clock.run("chunk", chunk_text, text, boundaries=boundaries)
+    if original_tokens is None:
+        original_tokens = clock.run("count", count_tokens, text, model)
+    stats = {"method": method, "original_tokens": original_tokens, "original_chunks": len(chunks)}
+    p = selection.query_weights(chunks.words)
+    scores = _score(chunks, p, method, route, ask_llm, clock, stats)
+    keep, kept_text, kept_tokens = clock.run(
+        "select", _select, chunks, scores, p, budget_tokens, top_k, original_tokens, model
+    )
+    stats.update(kept_tokens=kept_tokens, kept_chunks=len(keep), timings_ms=clock.timings())
+    spans = list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
+    return Compressed(kept_text, spans, stats)
+
+
+def _validate(budget_tokens, top_k, route, method) -> None:
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {', '.join(ROUTES)}; got {route!r}")
+    if top_k is not None:
+        if not isinstance(top_k, int) or top_k < 1:
+            raise ValueError(f"top_k must be a positive integer; got {top_k!r}")
+    elif not isinstance(budget_tokens, int) or budget_tokens < 1:
+        raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
+
+
+def _score(chunks: Chunks, p, method, route, ask_llm, clock, stats) -> np.ndarray:
+    if method == "middle-out":
+        stats.update(route=None, router=None, alpha=None)
+        return clock.run("rank", baselines.middle_out_scores, len(chunks))
+    E = clock.run("embed", embed, chunks.texts())
+    if method == "rag-sparse":
+        stats.update(route=None, router=None, alpha=None)
+        return clock.run("rank", baselines.rag_sparse_scores, E, p)
+    chosen, decided_by = clock.run("route", _route, chunks, route, ask_llm)
+    alpha = routing.ALPHA[chosen]
+    stats.update(route=chosen, router=decided_by, alpha=alpha)
+    return clock.run("rank", personalised_pagerank, E, p, alpha)
+
+
+def _route(chunks: Chunks, route: str, ask_llm) -> tuple[str, str]:
+    if route in (routing.LOCAL, routing.GLOBAL):
+        return route, "forced"
+    ends = _ends(chunks)
+    if route == "heuristic":
+        return routing.heuristic_route(routing.router_query(ends)), "heuristic"
+    return routing.choose_route(ends, ask_llm)
+
+
+def _ends(chunks: Chunks) -> list[str]:
+    """Only the first two and last two chunks' texts: the router never needs the rest."""
+    n = len(chunks)
+    picked = sorted(set(range(min(2, n))) | set(range(max(0, n - 2), n)))
+    return [chunks.text[chunks.starts[i] : chunks.ends[i]] for i in picked]
+
+
+def _select(chunks: Chunks, scores, p, budget_tokens, top_k, original_tokens, model):
+    pinned = np.flatnonzero(p)
+    if top_k is not None:
+        keep = selection.top_k(scores, top_k, pinned)
+        kept_text = assemble(chunks, keep)
+        return keep, kept_text, count_tokens(kept_text, model)
+    if original_tokens <= budget_tokens:
+        keep = np.arange(len(chunks))
+        return keep, assemble(chunks, keep), original_tokens
+    return _fit_budget(chunks, scores, pinned, budget_tokens, original_tokens, model)
+
+
+def _fit_budget(chunks: Chunks, scores, pinned, budget, original_tokens, model):
+    """Select by estimated tokens, then recount exactly and recalibrate the estimate."""
+    sizes = (chunks.ends - chunks.starts).astype(np.float64)
+    tokens_per_char = original_tokens / max(1, len(chunks.text))
+    for _ in range(_FIT_ROUNDS):
+        keep = selection.within_budget(scores, sizes * tokens_per_char, budget, pinned)
+        kept_text = assemble(chunks, keep)
+        kept_tokens = count_tokens(kept_text, model)
+        if 0.97 * budget <= kept_tokens <= budget:
+            break
+        tokens_per_char *= kept_tokens / max(1.0, sizes[keep].sum() * tokens_per_char)
+    while kept_tokens > budget and len(keep) > len(pinned):
+        keep = _drop_worst(keep, scores, pinned, sizes * tokens_per_char, kept_tokens - budget)
+        kept_text = assemble(chunks, keep)
+        kept_tokens = count_tokens(kept_text, model)
+    return keep, kept_text, kept_tokens
+
+
+def _drop_worst(keep, scores, pinned, est_sizes, excess) -> np.ndarray:
+    droppable = np.setdiff1d(keep, pinned)
+    order = droppable[np.argsort(scores[droppable], kind="stable")]
+    count = max(1, int(np.searchsorted(np.cumsum(est_sizes[order]), excess)) + 1)
+    return np.setdiff1d(keep, order[:count])
+
+
+def assemble(chunks: Chunks, keep: np.ndarray) -> str:
+    """The kept chunks' original text; a gap becomes a newline if it held one, else a space."""
+    text, parts, previous_end = chunks.text, [], None
+    for start, end in zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True):
+        if previous_end is not None and start != previous_end and not text[previous_end - 1].isspace():
+            parts.append("\n" if "\n" in text[previous_end:start] else " ")
+        parts.append(text[start:end])
+        previous_end = end
+    return "".join(parts)
+
+
+class _Clock:
+    """Wall time per named stage, in milliseconds."""
+
+    def __init__(self) -> None:
+        self._ms: dict[str, float] = {}
+
+    def run(self, stage: str, fn, *args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._ms[stage] = self._ms.get(stage, 0.0) + (time.perf_counter() - started) * 1000
+
+    def timings(self) -> dict[str, float]:
+        ms = {stage: round(value, 2) for stage, value in self._ms.items()}
+        ms["total"] = round(sum(self._ms.values()), 2)
+        return ms

@@ -1,0 +1,152 @@
+"""Text -> chunks with exact character spans (the MixPR paper's chunker).
+
+Sentences first; a sentence over ``max_words`` words is split on newlines, and
+a line still over ``max_words`` into near-equal runs of words. Spans index the
+original text, so kept chunks are rebuilt byte-for-byte (whitespace included).
+
+Tiny-chunk floods: an inline list such as ``1. apple 2. pear ...`` would become
+one two-word "sentence" per item if every period ended a sentence. We do not
+end a sentence after a 1-3 digit enumerator or inside ``...``, and we require the
+next sentence to start with something other than a lowercase letter, so such
+lists stay whole and are cut into 32-word runs instead. Newline-separated lists
+keep one chunk per line on purpose: lines are the natural units of code, logs
+and key-value dumps (Hash-Hop), and merging unrelated lines blurs the graph.
+``bench/speed.py`` reports the chunk counts of both kinds of flood.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_WORDS = 32
+# A chunk this long in characters is split even when it has few spaces
+# (minified JSON, base64, languages written without spaces).
+MAX_CHARS = 400
+
+# Every branch starts at one terminator character, so the regex engine can skip
+# ahead to candidates with a fast scan (10x faster than leading lookbehinds).
+_SENTENCE_END = re.compile(
+    r"[.!?。！？\n](?:"
+    r"(?<=[.!?])(?<!\.\.)(?<!\s\d\.)(?<!\s\d\d\.)(?<!\s\d\d\d\.)(?!\.)[\"'”’)\]]*\s+(?=[^\sa-z])"
+    r"|(?<=[。！？])\s*"
+    r"|(?<=\n)[ \t]*\n\s*)"
+)
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class Chunks:
+    """Chunk spans of ``text``: chunk i is ``text[starts[i]:ends[i]]``, in order."""
+
+    text: str
+    starts: np.ndarray
+    ends: np.ndarray
+    words: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def texts(self) -> list[str]:
+        text = self.text
+        return [text[s:e] for s, e in zip(self.starts.tolist(), self.ends.tolist(), strict=True)]
+
+
+def chunk_text(
+    text: str, *, max_words: int = MAX_WORDS, max_chars: int = MAX_CHARS, boundaries: Iterable[int] = ()
+) -> Chunks:
+    """Split ``text`` into chunks; no chunk crosses an offset in ``boundaries``.
+
+    Vectorised over code points: a Python loop over sentences costs more than
+    the rest of the pipeline on a 1M-token text.
+    """
+    layout = _Layout(text)
+    cuts = np.array(sorted({0, len(text), *(m.end() for m in _SENTENCE_END.finditer(text))}), np.int64)
+    cuts = np.union1d(cuts, [b for b in boundaries if 0 < b < len(text)]).astype(np.int64)
+    cuts = np.union1d(cuts, _cuts_inside_long(cuts, layout.newline_ends, layout, max_words, max_chars))
+    cuts = np.union1d(cuts, _word_run_cuts(cuts, layout, max_words))
+    cuts = np.union1d(cuts, _char_run_cuts(cuts, max_chars))
+    starts, ends = cuts[:-1], cuts[1:]
+    keep = layout.visible_between(starts, ends) > 0  # whitespace-only pieces hold nothing to retrieve
+    starts, ends = starts[keep], ends[keep]
+    return Chunks(text, starts, ends, layout.words_between(starts, ends))
+
+
+class _Layout:
+    """Where words and line ends are, as arrays over the text's code points."""
+
+    def __init__(self, text: str) -> None:
+        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+        self.visible = ~np.isin(codes, _SPACE_CODES)
+        starts_word = self.visible.copy()
+        starts_word[1:] &= ~self.visible[:-1]
+        self.starts_word = starts_word
+        self.word_starts = np.flatnonzero(starts_word)
+        self.newline_ends = np.flatnonzero(codes == 10) + 1
+        # words_before[i] / visible_before[i]: word starts / non-space code points before offset i.
+        self.words_before = _prefix_counts(starts_word)
+        self.visible_before = _prefix_counts(self.visible)
+
+    def words_between(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Words in each span; a span that starts inside a word counts that word too."""
+        inside = np.zeros(len(starts), dtype=np.int64)
+        nonempty = starts < ends
+        at = starts[nonempty]
+        inside[nonempty] = self.visible[at] & ~self.starts_word[at]
+        return self.words_before[ends] - self.words_before[starts] + inside
+
+    def visible_between(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        return self.visible_before[ends] - self.visible_before[starts]
+
+
+def _prefix_counts(mask: np.ndarray) -> np.ndarray:
+    return np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+
+
+# Every code point for which str.isspace() is true, so counts match str.split().
+_SPACE_CODES = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
+
+
+def _long(cuts: np.ndarray, layout: _Layout, max_words: int, max_chars: int) -> np.ndarray:
+    starts, ends = cuts[:-1], cuts[1:]
+    return (layout.words_between(starts, ends) > max_words) | (ends - starts > max_chars)
+
+
+def _cuts_inside_long(cuts, candidates, layout, max_words, max_chars) -> np.ndarray:
+    """The candidate offsets that fall strictly inside an over-long piece."""
+    piece = np.searchsorted(cuts, candidates, side="right") - 1
+    inside = (piece >= 0) & (piece < len(cuts) - 1)
+    inside[inside] &= candidates[inside] > cuts[piece[inside]]
+    inside[inside] &= _long(cuts, layout, max_words, max_chars)[piece[inside]]
+    return candidates[inside]
+
+
+def _word_run_cuts(cuts: np.ndarray, layout: _Layout, max_words: int) -> np.ndarray:
+    """Near-equal word runs for every piece (line) still over ``max_words``."""
+    words = layout.words_between(cuts[:-1], cuts[1:])
+    runs = -(-words // max_words)
+    pieces = np.flatnonzero(runs > 1)
+    if len(pieces) == 0:
+        return np.zeros(0, dtype=np.int64)
+    per_piece = runs[pieces] - 1
+    piece = np.repeat(pieces, per_piece)
+    step = np.arange(per_piece.sum()) - np.repeat(np.cumsum(per_piece) - per_piece, per_piece) + 1
+    first_word = layout.words_before[cuts[piece]]
+    offset = np.floor(step * words[piece] / runs[piece] + 0.5).astype(np.int64)
+    return layout.word_starts[first_word + offset]
+
+
+def _char_run_cuts(cuts: np.ndarray, max_chars: int) -> np.ndarray:
+    """Near-equal character runs for pieces with few spaces but many characters."""
+    lengths = np.diff(cuts)
+    runs = -(-lengths // max_chars)
+    pieces = np.flatnonzero(runs > 1)
+    if len(pieces) == 0:
+        return np.zeros(0, dtype=np.int64)
+    per_piece = runs[pieces] - 1
+    piece = np.repeat(pieces, per_piece)
+    step = np.arange(per_piece.sum()) - np.repeat(np.cumsum(per_piece) - per_piece, per_piece) + 1
+    return cuts[piece] + np.floor(step * lengths[piece] / runs[piece] + 0.5).astype(np.int64)

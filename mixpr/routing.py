@@ -1,0 +1,68 @@
+"""The mixture's router: does the query need local (PPR) or global (PageRank) retrieval?
+
+The paper asks the base LLM a zero-shot y/n question about the first two and
+last two chunks ('y' -> global). Small models answer it unreliably, so a
+keyword heuristic stands in when no LLM is given or its answer is neither.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+LOCAL, GLOBAL = "local", "global"
+ALPHA = {LOCAL: 0.6, GLOBAL: 0.0}
+
+_INSTRUCTION = (
+    "If the query asks for summarization, most frequent words, or descriptions of an entire document, "
+    "answer 'y' with no other text. If the query does not and only asks a specific question, "
+    "answer 'n' with no other text."
+)
+# Verbatim from the paper (appendix A.2); [query] is filled by router_prompt.
+ROUTER_PROMPT = f"{_INSTRUCTION}\n\nQUERY: [query]\n\n{_INSTRUCTION}\n\nAnswer:"
+
+# What global tasks say: summaries, overall descriptions, word frequencies.
+_GLOBAL_CUES = re.compile(
+    r"\b(summar\w*|overview|tl;?dr|gist|synopsis|outline"
+    r"|(main|key|central) (idea|point|theme|topic|takeaway|character|event)s?"
+    r"|most (frequent|common|often|used|repeated)\w*|appear\w* most|frequen\w+|common words"
+    r"|(whole|entire|full) (document|text|book|story|article|report|paper|list|transcript|conversation)"
+    r"|what is (this|the) (document|text|book|story|article|paper) about)\b",
+    re.IGNORECASE,
+)
+
+
+def router_query(chunk_texts: Sequence[str]) -> str:
+    """The first two and last two chunks: the instruction and the question, in practice."""
+    picked = list(chunk_texts[:2]) + list(chunk_texts[max(2, len(chunk_texts) - 2) :])
+    return " ".join(text.strip() for text in picked)
+
+
+def router_prompt(chunk_texts: Sequence[str]) -> str:
+    return ROUTER_PROMPT.replace("[query]", router_query(chunk_texts))
+
+
+def parse_route(answer: str) -> str | None:
+    """'y' -> global, 'n' -> local (first letter, case and quotes ignored); anything else -> None."""
+    word = answer.strip().strip("'\"`*.").lower()
+    if word in {"y", "yes"}:
+        return GLOBAL
+    if word in {"n", "no"}:
+        return LOCAL
+    return None
+
+
+def heuristic_route(query: str) -> str:
+    return GLOBAL if _GLOBAL_CUES.search(query) else LOCAL
+
+
+def choose_route(chunk_texts: Sequence[str], ask_llm: Callable[[str], str] | None) -> tuple[str, str]:
+    """(route, how it was decided: "llm" or "heuristic") for the auto router."""
+    if ask_llm is not None:
+        try:
+            route = parse_route(ask_llm(router_prompt(chunk_texts)))
+        except Exception:  # the router is advisory: any failure falls back to the heuristic
+            route = None
+        if route is not None:
+            return route, "llm"
+    return heuristic_route(router_query(chunk_texts)), "heuristic"

@@ -1,0 +1,41 @@
+"""Scores -> the chunks to keep, in original order, always including the query chunk(s)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# The paper personalises on the last two chunks when the last has fewer than 3 words
+# (an answer prefix such as "Answer:" says nothing about what to retrieve).
+SHORT_QUERY_WORDS = 3
+
+
+def query_weights(words: np.ndarray, *, short_words: int = SHORT_QUERY_WORDS) -> np.ndarray:
+    """Personalisation vector p: one-hot on the last chunk, or 0.5/0.5 on the last two."""
+    n = len(words)
+    p = np.zeros(n)
+    if n == 0:
+        return p
+    if n >= 2 and words[-1] < short_words:
+        p[-2:] = 0.5
+    else:
+        p[-1] = 1.0
+    return p
+
+
+def top_k(scores: np.ndarray, k: int, pinned: np.ndarray) -> np.ndarray:
+    """The k best-scoring chunks plus the pinned ones, as sorted indices."""
+    k = min(k, len(scores))
+    best = np.argpartition(-scores, k - 1)[:k] if k > 0 else np.zeros(0, dtype=np.int64)
+    return np.union1d(best, pinned)
+
+
+def within_budget(scores: np.ndarray, sizes: np.ndarray, budget: float, pinned: np.ndarray) -> np.ndarray:
+    """Best-first chunks whose estimated sizes fit ``budget`` beside the pinned ones; sorted indices."""
+    free = np.ones(len(scores), dtype=bool)
+    free[pinned] = False
+    room = budget - sizes[pinned].sum()
+    candidates = np.flatnonzero(free)
+    # Stable sort: among equal scores the earlier chunk wins.
+    order = candidates[np.argsort(-scores[candidates], kind="stable")]
+    taken = np.searchsorted(np.cumsum(sizes[order]), room, side="right")
+    return np.union1d(order[:taken], pinned)
