@@ -67,10 +67,15 @@ def compress(
     if original_tokens is None:
         original_tokens = clock.run("count", count_tokens, text, model)
     stats = {"method": method, "original_tokens": original_tokens, "original_chunks": len(chunks)}
+    if top_k is None and original_tokens <= budget_tokens:  # it already fits: hand it back untouched
+        stats.update(route=None, router=None, alpha=None, kept_tokens=original_tokens)
+        stats.update(kept_chunks=len(chunks), timings_ms=clock.timings())
+        return Compressed(text, [(0, len(text))] if text else [], stats)
     p = selection.query_weights(chunks.words)
     scores = _score(chunks, p, method, route, ask_llm, clock, stats)
+    tokens_per_char = original_tokens / max(1, len(text))
     keep, kept_text, kept_tokens = clock.run(
-        "select", _select, chunks, scores, p, budget_tokens, top_k, original_tokens, model
+        "select", _select, chunks, scores, p, budget_tokens, top_k, model, tokens_per_char
     )
     stats.update(kept_tokens=kept_tokens, kept_chunks=len(keep), timings_ms=clock.timings())
     spans = list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
@@ -119,22 +124,18 @@ def _ends(chunks: Chunks) -> list[str]:
     return [chunks.text[chunks.starts[i] : chunks.ends[i]] for i in picked]
 
 
-def _select(chunks: Chunks, scores, p, budget_tokens, top_k, original_tokens, model):
+def _select(chunks: Chunks, scores, p, budget_tokens, top_k, model, tokens_per_char):
     pinned = np.flatnonzero(p)
     if top_k is not None:
         keep = selection.top_k(scores, top_k, pinned)
         kept_text = assemble(chunks, keep)
         return keep, kept_text, count_tokens(kept_text, model)
-    if original_tokens <= budget_tokens:
-        keep = np.arange(len(chunks))
-        return keep, assemble(chunks, keep), original_tokens
-    return _fit_budget(chunks, scores, pinned, budget_tokens, original_tokens, model)
+    return _fit_budget(chunks, scores, pinned, budget_tokens, model, tokens_per_char)
 
 
-def _fit_budget(chunks: Chunks, scores, pinned, budget, original_tokens, model):
+def _fit_budget(chunks: Chunks, scores, pinned, budget, model, tokens_per_char):
     """Select by estimated tokens, then recount exactly and recalibrate the estimate."""
     sizes = (chunks.ends - chunks.starts).astype(np.float64)
-    tokens_per_char = original_tokens / max(1, len(chunks.text))
     for _ in range(_FIT_ROUNDS):
         keep = selection.within_budget(scores, sizes * tokens_per_char, budget, pinned)
         kept_text = assemble(chunks, keep)
