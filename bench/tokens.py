@@ -22,8 +22,11 @@ def _point_tiktoken_at_bundled_files() -> None:
 
 @cache
 def encoding():
+    """cl100k_base, via ``mixpr.tokens`` when the library provides it."""
     try:
-        import mixpr.tokens  # noqa: F401  (sets TIKTOKEN_CACHE_DIR as a side effect)
+        from mixpr.tokens import encoding_for
+
+        return encoding_for(None)
     except ImportError:
         pass
     _point_tiktoken_at_bundled_files()

@@ -1,0 +1,58 @@
+"""PNG plots for the quality and speed benches (matplotlib, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
+
+from bench.cli import format_size  # noqa: E402
+
+
+def quality_plot(family_means: dict, methods: list[str], path: Path) -> None:
+    """One panel per family: mean score vs context length, one line per method."""
+    families = sorted({fam for fam, _, _ in family_means}, key=["single", "multi", "global"].index)
+    fig, axes = plt.subplots(1, len(families), figsize=(5 * len(families), 4), squeeze=False)
+    for ax, fam in zip(axes[0], families, strict=True):
+        lengths = sorted({n for f, n, _ in family_means if f == fam})
+        for method in methods:
+            ys = [family_means.get((fam, n, method)) for n in lengths]
+            ax.plot(lengths, ys, marker="o", label=method)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [format_size(n) for n in lengths])
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"{fam} ({'top-word overlap' if fam == 'global' else 'needle recall'})")
+        ax.set_xlabel("context tokens")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("mean score (budget 4000 tokens)")
+    axes[0][-1].legend(loc="lower left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def speed_plot(rows: list[dict], path: Path) -> None:
+    """Log-log seconds vs tokens: total, each stage, and plain tiktoken counting of the same text."""
+    rows = sorted(rows, key=lambda r: r["tokens"])
+    xs = [r["tokens"] for r in rows]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(xs, [r["total_ms"] / 1000 for r in rows], marker="o", lw=2, label="compress total")
+    for stage in ("chunk", "count", "embed", "rank", "select"):
+        ys = [r["stages_ms"].get(stage) for r in rows]
+        if any(y for y in ys):
+            ax.plot(xs, [(y or 0) / 1000 for y in ys], marker=".", lw=1, alpha=0.7, label=stage)
+    ax.plot(xs, [r["count_ms"] / 1000 for r in rows], "k--", marker="s", label="tiktoken count")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens (cl100k)")
+    ax.set_ylabel("seconds")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
