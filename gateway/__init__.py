@@ -1,0 +1,36 @@
+"""MixPR Gateway: an OpenAI-compatible proxy that shrinks over-long prompts and forwards through LiteLLM.
+
+Start it with ``mixpr-gateway --config config.yaml`` or build the app in code::
+
+    from gateway import create_app, load_config
+    app = create_app(load_config("config.yaml"))
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+# LiteLLM fetches its model cost map from the internet at import time, and tiktoken downloads
+# its BPE files on first use; both must be pointed at local copies before either is imported.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# LiteLLM otherwise phones home and prints help banners on every error.
+os.environ.setdefault("LITELLM_TELEMETRY", "False")
+
+
+def _litellm_tokenizers_dir() -> str | None:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return str(folder) if folder.is_dir() else None
+
+
+if "TIKTOKEN_CACHE_DIR" not in os.environ and (_folder := _litellm_tokenizers_dir()):
+    os.environ["TIKTOKEN_CACHE_DIR"] = _folder
+
+from gateway.app import create_app  # noqa: E402  (needs the environment above)
+from gateway.config import ConfigError, GatewayConfig, load_config  # noqa: E402
+
+__all__ = ["ConfigError", "GatewayConfig", "create_app", "load_config"]

@@ -1,0 +1,171 @@
+"""Load and validate ``config.yaml`` (LiteLLM-proxy style) into typed settings.
+
+Every problem is reported at start-up as one :class:`ConfigError` whose message names the
+file and the path of each bad field, so a typo never surfaces later as a failed request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+log = logging.getLogger("gateway.config")
+
+ENV_PREFIX = "os.environ/"
+DEFAULT_MAX_INPUT_TOKENS = 8192  # when neither the config nor LiteLLM's model map knows the window
+Route = Literal["auto", "heuristic", "local", "global"]
+
+
+class ConfigError(ValueError):
+    """The configuration cannot be used; the message says where and why."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MixprSettings(_Strict):
+    """How and when prompts are compressed (global defaults; each model may override any key)."""
+
+    compress_above_tokens: int | None = Field(None, ge=1)
+    budget_tokens: int = Field(4000, ge=16)
+    router: Route = "auto"
+    router_model: str | None = None
+    # Kept free for the answer when the client sends no max_tokens and the window decides.
+    completion_reserve_tokens: int = Field(1024, ge=0)
+    router_timeout_s: float = Field(10.0, gt=0)
+    method: str = "mixpr"
+
+
+class MixprOverrides(_Strict):
+    """Per-model overrides: every key of :class:`MixprSettings`, all optional."""
+
+    compress_above_tokens: int | None = Field(None, ge=1)
+    budget_tokens: int | None = Field(None, ge=16)
+    router: Route | None = None
+    router_model: str | None = None
+    completion_reserve_tokens: int | None = Field(None, ge=0)
+    router_timeout_s: float | None = Field(None, gt=0)
+    method: str | None = None
+
+
+class ModelInfo(BaseModel):
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    max_input_tokens: int | None = Field(None, ge=1)
+
+
+class ModelEntry(_Strict):
+    model_name: str = Field(min_length=1)
+    litellm_params: dict[str, Any]
+    model_info: ModelInfo = ModelInfo()
+    mixpr: MixprOverrides = MixprOverrides()
+    managed_server: dict[str, Any] | None = None
+
+    @field_validator("litellm_params")
+    @classmethod
+    def _needs_model(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(value.get("model"), str) or not value["model"]:
+            raise ValueError("litellm_params.model is required (e.g. openai/gpt-4o-mini)")
+        return value
+
+    @property
+    def upstream_model(self) -> str:
+        return self.litellm_params["model"]
+
+    def settings(self, defaults: MixprSettings) -> MixprSettings:
+        """The global mixpr settings with this model's overrides applied."""
+        overrides = self.mixpr.model_dump(exclude_unset=True)
+        return defaults.model_copy(update=overrides)
+
+
+class GeneralSettings(_Strict):
+    master_key: str | None = None
+    max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # a 1M-token prompt is about 4 MB
+    compression_workers: int = Field(2, ge=1, le=64)
+    request_timeout_s: float = Field(600.0, gt=0)  # upstream timeout unless litellm_params sets one
+    default_max_input_tokens: int = Field(DEFAULT_MAX_INPUT_TOKENS, ge=1)
+    route_cache_size: int = Field(4096, ge=0)
+
+
+class GatewayConfig(_Strict):
+    model_list: list[ModelEntry] = Field(min_length=1)
+    mixpr_settings: MixprSettings = MixprSettings()
+    general_settings: GeneralSettings = GeneralSettings()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> GatewayConfig:
+        names = [m.model_name for m in self.model_list]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"model_name must be unique; repeated: {', '.join(duplicates)}")
+        return self
+
+    def model(self, name: str) -> ModelEntry | None:
+        return next((m for m in self.model_list if m.model_name == name), None)
+
+
+def load_config(path: str | os.PathLike[str]) -> GatewayConfig:
+    """Read, resolve ``os.environ/NAME`` values in, and validate the YAML file at ``path``."""
+    source = Path(path)
+    try:
+        raw = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read config file ({exc.strerror})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    return parse_config(raw, source=str(source))
+
+
+def parse_config(raw: Any, *, source: str = "config") -> GatewayConfig:
+    """Validate an already-loaded config mapping (the YAML file's content)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping with model_list, got {type(raw).__name__}")
+    try:
+        return GatewayConfig.model_validate(resolve_env(raw))
+    except ValidationError as exc:
+        raise ConfigError(f"{source}: invalid configuration\n{_describe(exc)}") from None
+
+
+def resolve_env(value: Any, where: str = "") -> Any:
+    """Replace every ``os.environ/NAME`` string by the variable's value.
+
+    An unset variable becomes ``null`` (so an optional ``master_key`` simply switches auth off);
+    a warning names the variable and the field, never a value.
+    """
+    if isinstance(value, dict):
+        return {k: resolve_env(v, f"{where}.{k}" if where else str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, str) and value.startswith(ENV_PREFIX):
+        name = value[len(ENV_PREFIX):]
+        if name not in os.environ:
+            log.warning("config %s: environment variable %s is not set; using null", where, name)
+        return os.environ.get(name)
+    return value
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def max_input_tokens(entry: ModelEntry, default: int) -> int:
+    """The model's window: the config's ``model_info``, else LiteLLM's model map, else ``default``."""
+    if entry.model_info.max_input_tokens:
+        return entry.model_info.max_input_tokens
+    import litellm  # heavy; only needed once per model at start-up
+
+    try:
+        info = litellm.get_model_info(entry.upstream_model)
+    except Exception:  # LiteLLM raises a bare Exception for models it does not know
+        return default
+    return int(info.get("max_input_tokens") or default)

@@ -1,0 +1,82 @@
+"""Prometheus metrics, one registry per app so that several apps (tests) never collide.
+
+Request counting lives in a pure ASGI middleware: it sees every response, errors included,
+and never buffers a streamed body.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
+                   Awaitable[None]]
+
+COMPRESSION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("mixpr_requests", "HTTP requests handled", ["path", "status"], registry=r)
+        self.request_seconds = Histogram("mixpr_request_seconds", "Time to the response's first byte",
+                                         ["path"], registry=r)
+        self.chat = Counter("mixpr_chat_requests", "Chat completions by model and action",
+                            ["model", "action"], registry=r)
+        self.compressed = Counter("mixpr_compressed_requests", "Chat completions that were compressed",
+                                  ["model", "route"], registry=r)
+        self.tokens_in = Counter("mixpr_prompt_tokens_in", "Prompt tokens received from clients",
+                                 ["model"], registry=r)
+        self.tokens_out = Counter("mixpr_prompt_tokens_out", "Prompt tokens forwarded upstream",
+                                  ["model"], registry=r)
+        self.tokens_saved = Counter("mixpr_prompt_tokens_saved", "Prompt tokens removed by compression",
+                                    ["model"], registry=r)
+        self.compression_seconds = Histogram("mixpr_compression_seconds", "Time spent compressing a prompt",
+                                             ["model"], buckets=COMPRESSION_BUCKETS, registry=r)
+
+    def record_chat(self, model: str, action: str, original: int, final: int, route: str | None,
+                    compress_ms: float | None) -> None:
+        self.chat.labels(model, action).inc()
+        self.tokens_in.labels(model).inc(original)
+        self.tokens_out.labels(model).inc(final)
+        if action == "compressed":
+            self.compressed.labels(model, route or "unknown").inc()
+            self.tokens_saved.labels(model).inc(max(original - final, 0))
+            self.compression_seconds.labels(model).observe((compress_ms or 0.0) / 1000)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """Counts every HTTP response by route path and status (pure ASGI: streaming stays streaming)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        # Label by known paths only: raw paths from scanners would explode the label set.
+        path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
+
+        async def send_and_count(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.metrics.requests.labels(path, str(message["status"])).inc()
+                self.metrics.request_seconds.labels(path).observe(time.perf_counter() - started)
+            await send(message)
+
+        await self.app(scope, receive, send_and_count)
+
+
+KNOWN_PATHS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/models", "/models",
+                         "/health/liveliness", "/health/readiness", "/metrics"})

@@ -1,0 +1,179 @@
+"""Forwarding through ``litellm.acompletion``: building the call, streaming, mapping errors.
+
+Parameters LiteLLM knows for the target provider are passed as its keyword arguments, so it can
+translate them; every other body field goes into ``extra_body`` and so reaches the upstream as
+sent. That is how "drop nothing" holds even for fields LiteLLM would silently discard (it drops
+``user`` for OpenAI-compatible servers it does not recognise), and why a client can never set
+LiteLLM's own connection options (``api_base``, ``api_key``, ...) from the request body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import litellm
+import openai
+
+from gateway.config import ModelEntry
+from gateway.errors import GatewayError, UpstreamError, error_json
+
+log = logging.getLogger("gateway.upstream")
+
+litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout for every upstream error
+litellm.telemetry = False
+
+# LiteLLM client options: never taken from a request body, whatever LiteLLM would accept.
+CLIENT_OPTIONS = frozenset({
+    "api_base", "api_key", "api_version", "base_url", "organization", "deployment_id",
+    "default_headers", "extra_headers", "headers", "timeout", "request_timeout", "max_retries",
+    "num_retries", "custom_llm_provider", "mock_response", "model_list", "litellm_logging_obj",
+})
+# Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
+ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
+STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+                429: "rate_limit_error"}
+
+
+@functools.lru_cache(maxsize=256)
+def supported_params(model: str) -> frozenset[str]:
+    """The OpenAI parameters LiteLLM maps for ``model`` (a LiteLLM name like ``openai/gpt-4o``)."""
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+        found = litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
+    except Exception:  # unknown provider: let LiteLLM see nothing it could misread
+        return frozenset()
+    return frozenset(found or ()) - CLIENT_OPTIONS
+
+
+def build_call(
+    entry: ModelEntry, body: dict[str, Any], messages: list[dict[str, Any]], *, timeout: float
+) -> dict[str, Any]:
+    """Keyword arguments for ``litellm.acompletion``: the deployment's settings plus the request."""
+    kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
+    kwargs.setdefault("timeout", timeout)
+    kwargs.setdefault("max_retries", 0)  # retrying is the client's call; it sees Retry-After
+    supported = supported_params(entry.upstream_model)
+    extra_body = dict(kwargs.pop("extra_body", None) or {})
+    for key, value in body.items():
+        if key in ("model", "messages", "mixpr"):
+            continue
+        if key in supported:
+            kwargs[key] = value
+        else:
+            extra_body[key] = value
+    if extra_body:
+        kwargs["extra_body"] = extra_body
+    kwargs["messages"] = messages
+    # LiteLLM imports its MCP gateway (an optional dependency) whenever tools are present.
+    kwargs["_skip_mcp_handler"] = True
+    return kwargs
+
+
+async def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming completion as the JSON the client receives."""
+    try:
+        response = await litellm.acompletion(**kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+    return response.model_dump()
+
+
+async def open_stream(kwargs: dict[str, Any]) -> Any:
+    """Start a streaming completion; errors before the first byte still get a proper status."""
+    try:
+        return await litellm.acompletion(**kwargs, stream=True)
+    except Exception as exc:
+        raise map_error(exc) from exc
+
+
+async def sse_events(stream: Any) -> AsyncIterator[bytes]:
+    """The stream as SSE; an upstream failure midway becomes a final error event, then [DONE]."""
+    try:
+        async for chunk in stream:
+            yield b"data: " + chunk.model_dump_json(exclude_none=True).encode() + b"\n\n"
+    except Exception as exc:  # the status line is long gone: report it in-band
+        error = map_error(exc)
+        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+        yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
+    finally:
+        await _close(stream)
+    yield b"data: [DONE]\n\n"
+
+
+async def _close(stream: Any) -> None:
+    # When the client disconnects, Starlette cancels us: close the upstream response as well.
+    closer = getattr(getattr(stream, "completion_stream", None), "aclose", None)
+    if closer is not None:
+        try:
+            await closer()
+        except Exception:  # closing an already broken stream may fail again; nothing left to do
+            pass
+
+
+async def ask(kwargs: dict[str, Any]) -> str:
+    """A short completion's text (the router's y/n), or "" when there is none."""
+    response = await litellm.acompletion(**kwargs)
+    return response.choices[0].message.content or ""
+
+
+def map_error(exc: BaseException) -> GatewayError:
+    """Translate whatever LiteLLM raised into the status and OpenAI error the client should see."""
+    if isinstance(exc, GatewayError):
+        return exc
+    causes = _causes(exc)
+    if any(isinstance(c, litellm.Timeout | openai.APITimeoutError | asyncio.TimeoutError) for c in causes):
+        return UpstreamError("The upstream model did not answer in time.", status_code=504,
+                             code="upstream_timeout")
+    if any(_is_connection_failure(c) for c in causes):
+        return UpstreamError("Could not reach the upstream model (connection failed).", status_code=502,
+                             code="upstream_connection_error")
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) and 400 <= status <= 599 else 502
+    error = _upstream_error_object(exc, status)
+    return UpstreamError(error["message"], status_code=status, error_type=error["type"],
+                         param=error["param"], code=error["code"], headers=_retry_after(exc))
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    return isinstance(exc, openai.APIConnectionError | httpx.TransportError | ConnectionError) or (
+        type(exc).__name__ in {"ClientConnectorError", "ServerDisconnectedError", "ClientOSError"}
+    )
+
+
+def _upstream_error_object(exc: BaseException, status: int) -> dict[str, Any]:
+    """The upstream's own error object when it sent one, else one built from the exception."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    fallback = STATUS_TYPES.get(status, "api_error")
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return {"message": body["message"], "type": body.get("type") or fallback,
+                "param": body.get("param"), "code": body.get("code")}
+    code = "context_length_exceeded" if isinstance(exc, litellm.ContextWindowExceededError) else None
+    message = str(getattr(exc, "message", "") or exc) or f"Upstream error ({status})."
+    return error_json(message, fallback, code=code)["error"]
+
+
+def _retry_after(exc: BaseException) -> dict[str, str]:
+    for source in (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
+                   getattr(getattr(exc, "response", None), "headers", None)):
+        value = source.get("retry-after") if source else None
+        if value:
+            return {"Retry-After": str(value)}
+    return {}
