@@ -1,0 +1,117 @@
+"""Speed table: per-stage compress() times, peak RSS and the cost of merely counting the tokens.
+
+    .venv/bin/python -m bench.speed                        # 32k, 128k, 1M, 10M book text + tiny-chunk floods
+    .venv/bin/python -m bench.speed --sizes 32k,1M --no-flood
+
+Every case runs in a fresh subprocess so its peak RSS is its own. Sizes up to 1M report the median of
+``--runs`` (3) compressions; bigger ones run once. ``count`` is plain tiktoken ``encode_ordinary`` on the same
+text in the same process, and ``total/count`` is the ratio of their medians.
+Writes bench/out/speed.json, bench/out/speed.png and bench/plots/speed.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.cli import format_size, parse_size
+from bench.plotting import speed_plot
+
+OUT = Path(__file__).with_name("out")
+PLOTS = Path(__file__).with_name("plots")
+FLOODS = ("flood-inline", "flood-lines")
+# Issue #2 targets: seconds for compress() at a size, RSS at 1M, and total vs tiktoken count.
+MAX_SECONDS = {1024**2: 1.0, 10 * 1024**2: 15.0}
+MAX_RSS_1M = 1.5e9
+MAX_COUNT_RATIO = 3.0
+
+
+def run_child(kind: str, tokens: int, runs: int, timeout: float) -> dict:
+    cmd = [sys.executable, "-m", "bench.speed_child", kind, str(tokens), str(runs)]
+    print(f"... {kind} {format_size(tokens)} x{runs}", file=sys.stderr, flush=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return {"kind": kind, "target_tokens": tokens, "error": f"timeout after {timeout:.0f} s"}
+    if done.returncode != 0:
+        return {"kind": kind, "target_tokens": tokens, "error": done.stderr.strip().splitlines()[-1:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def verdict(row: dict) -> str:
+    """Which issue #2 speed targets the row misses ('ok' when none apply or all are met)."""
+    misses = []
+    limit = MAX_SECONDS.get(row["target_tokens"])
+    if limit and row["kind"] == "books" and row["total_ms"] > limit * 1000:
+        misses.append(f"total > {limit:g} s")
+    if row["kind"] == "books" and row["target_tokens"] == 1024**2 and row["rss_peak"] > MAX_RSS_1M:
+        misses.append("RSS > 1.5 GB")
+    if row["ratio"] > MAX_COUNT_RATIO:
+        misses.append(f"total > {MAX_COUNT_RATIO:g}x count")
+    return "**" + "; ".join(misses) + "**" if misses else "ok"
+
+
+def markdown(rows: list[dict]) -> str:
+    cols = [
+        "case",
+        "tokens",
+        "chunks",
+        "chunk",
+        "count",
+        "embed",
+        "rank",
+        "select",
+        "total ms",
+        "tiktoken count ms",
+        "total/count",
+        "RSS base MB",
+        "RSS peak MB",
+        "runs",
+        "targets",
+    ]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['kind']} {format_size(r['target_tokens'])} | error: {r['error']} |")
+            continue
+        st = r["stages_ms"]
+        stages = [f"{st.get(s, 0):.0f}" for s in ("chunk", "count", "embed", "rank", "select")]
+        lines.append(" | ".join([
+            f"| {r['kind']} {format_size(r['target_tokens'])}", f"{r['tokens']:,}", f"{r['chunks']:,}",
+            *stages,
+            f"{r['total_ms']:.0f}", f"{r['count_ms']:.0f}", f"{r['ratio']:.2f}",
+            f"{r['rss_base'] / 1e6:.0f}", f"{r['rss_peak'] / 1e6:.0f}", str(r["runs"]), verdict(r) + " |",
+        ]))  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="32k,128k,1M,10M", help="book-text sizes in tokens")
+    ap.add_argument("--runs", type=int, default=3, help="runs per size up to 1M (median reported)")
+    ap.add_argument("--flood-size", default="1M", help="size of the tiny-chunk flood texts")
+    ap.add_argument("--no-flood", action="store_true", help="skip the tiny-chunk flood rows")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds before a case is abandoned")
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+
+    cases = [("books", parse_size(s)) for s in args.sizes.split(",")]
+    if not args.no_flood:
+        cases += [(kind, parse_size(args.flood_size)) for kind in FLOODS]
+    rows = [run_child(kind, n, args.runs if n <= 1024**2 else 1, args.timeout) for kind, n in cases]
+    print(markdown(rows))
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "speed.json").write_text(json.dumps(rows, indent=1))
+    books = [r for r in rows if r["kind"] == "books" and "error" not in r]
+    if books:
+        speed_plot(books, args.out / "speed.png")
+        PLOTS.mkdir(exist_ok=True)
+        shutil.copy(args.out / "speed.png", PLOTS / "speed.png")
+
+
+if __name__ == "__main__":
+    main()
