@@ -71,10 +71,13 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             if process.poll() is not None:
                 pytest.fail(f"gateway exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
             try:
-                if httpx.get(f"{url}/health/readiness", timeout=2, trust_env=False).status_code == 200:
-                    break
+                readiness = httpx.get(f"{url}/health/readiness", timeout=2, trust_env=False)
             except httpx.HTTPError:
-                pass
+                readiness = None
+            if readiness is not None and readiness.status_code == 200:
+                break
+            if readiness is not None and readiness.json().get("status") == "failed":
+                pytest.fail(f"embedded model failed to start: {readiness.json().get('error')}")
             if time.monotonic() > deadline:
                 pytest.fail(f"gateway not ready after {STARTUP_TIMEOUT:g} s:\n{log_path.read_text()[-4000:]}")
             time.sleep(0.25)
