@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mixpr import baselines, routing, selection
+from mixpr import baselines, experts, routing, selection
 from mixpr.chunking import Chunks, chunk_text
 from mixpr.embedding import embed
-from mixpr.pagerank import personalised_pagerank
 from mixpr.tokens import count_tokens
 
 __all__ = ["METHODS", "ROUTES", "Compressed", "compress"]
@@ -71,9 +70,13 @@ def compress(
         stats.update(route=None, router=None, alpha=None, kept_tokens=original_tokens)
         stats.update(kept_chunks=len(chunks), timings_ms=clock.timings())
         return Compressed(text, [(0, len(text))] if text else [], stats)
+    if len(chunks) == 0:  # whitespace only: nothing to retrieve
+        stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
+        return Compressed("", [], {**stats, "timings_ms": clock.timings()})
     p = selection.query_weights(chunks.words)
-    scores = _score(chunks, p, method, route, ask_llm, clock, stats)
     tokens_per_char = original_tokens / max(1, len(text))
+    kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
+    scores = _score(chunks, p, method, route, ask_llm, clock, stats, kept_chunks)
     keep, kept_text, kept_tokens = clock.run(
         "select", _select, chunks, scores, p, budget_tokens, top_k, model, tokens_per_char
     )
@@ -94,7 +97,7 @@ def _validate(budget_tokens, top_k, route, method) -> None:
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
 
 
-def _score(chunks: Chunks, p, method, route, ask_llm, clock, stats) -> np.ndarray:
+def _score(chunks: Chunks, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
     if method == "middle-out":
         stats.update(route=None, router=None, alpha=None)
         return clock.run("rank", baselines.middle_out_scores, len(chunks))
@@ -103,9 +106,10 @@ def _score(chunks: Chunks, p, method, route, ask_llm, clock, stats) -> np.ndarra
         stats.update(route=None, router=None, alpha=None)
         return clock.run("rank", baselines.rag_sparse_scores, E, p)
     chosen, decided_by = clock.run("route", _route, chunks, route, ask_llm)
-    alpha = routing.ALPHA[chosen]
-    stats.update(route=chosen, router=decided_by, alpha=alpha)
-    return clock.run("rank", personalised_pagerank, E, p, alpha)
+    stats.update(route=chosen, router=decided_by, alpha=routing.ALPHA[chosen])
+    if chosen == routing.GLOBAL:
+        return clock.run("rank", experts.global_scores, E, p)
+    return clock.run("rank", experts.local_scores, E, p, kept_chunks=kept_chunks)
 
 
 def _route(chunks: Chunks, route: str, ask_llm) -> tuple[str, str]:

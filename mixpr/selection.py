@@ -23,9 +23,10 @@ def query_weights(words: np.ndarray, *, short_words: int = SHORT_QUERY_WORDS) ->
 
 
 def top_k(scores: np.ndarray, k: int, pinned: np.ndarray) -> np.ndarray:
-    """The k best-scoring chunks plus the pinned ones, as sorted indices."""
-    k = min(k, len(scores))
-    best = np.argpartition(-scores, k - 1)[:k] if k > 0 else np.zeros(0, dtype=np.int64)
+    """The k best-scoring chunks besides the pinned ones, plus the pinned ones, as sorted indices."""
+    free = np.setdiff1d(np.arange(len(scores)), pinned)
+    k = min(k, len(free))
+    best = free[np.argpartition(-scores[free], k - 1)[:k]] if k > 0 else free[:0]
     return np.union1d(best, pinned)
 
 

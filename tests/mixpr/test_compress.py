@@ -1,0 +1,142 @@
+import re
+
+import pytest
+
+import mixpr
+from mixpr import compress
+from mixpr.tokens import count_tokens
+
+from .filler import haystack, sentences
+
+NEEDLE = "One of the special magic numbers for gentle-harbor is: 7491302."
+QUESTION = (
+    "\nWhat is the special magic number for gentle-harbor mentioned in the provided text? "
+    "The special magic number for gentle-harbor mentioned in the provided text is"
+)
+
+
+def needle_prompt(count=3000, at=1234, seed=0):
+    return (
+        "A special magic number is hidden within the following text.\n"
+        + haystack(count, {at: NEEDLE}, seed)
+        + QUESTION
+    )
+
+
+def test_public_names_are_pinned():
+    assert mixpr.__all__ == ["METHODS", "ROUTES", "Compressed", "compress"]
+
+
+def test_keeps_needle_and_question_within_budget():
+    text = needle_prompt()
+    result = compress(text, budget_tokens=500, route="local")
+    assert NEEDLE in result.text
+    assert result.text.endswith(QUESTION.strip())
+    assert 450 <= result.stats["kept_tokens"] <= 500
+    assert result.stats["kept_tokens"] == count_tokens(result.text)
+    assert result.stats["original_tokens"] == count_tokens(text)
+
+
+def test_kept_chunks_keep_their_original_order_and_text():
+    text = needle_prompt()
+    result = compress(text, budget_tokens=800, route="local")
+    assert result.spans == sorted(result.spans)
+    position = 0
+    for start, end in result.spans:
+        position = result.text.index(text[start:end], position)
+
+
+def test_text_that_fits_is_returned_untouched():
+    text = "  Short prompt.\n\nWhat is it?  "
+    result = compress(text, budget_tokens=100)
+    assert result.text == text
+    assert result.spans == [(0, len(text))]
+    assert result.stats["route"] is None
+
+
+def test_top_k_keeps_k_chunks_plus_the_query():
+    result = compress(needle_prompt(), top_k=5, route="local")
+    assert result.stats["kept_chunks"] == 6
+    assert NEEDLE in result.text
+
+
+def test_two_hop_fact_found_by_mixpr_but_not_by_rag_sparse():
+    facts = {
+        600: "Daniel picked up the football there.",
+        1500: "Daniel travelled to the office.",
+    }
+    text = haystack(3000, facts, seed=4) + "\nQuestion: Where is the football? "
+    mixpr_result = compress(text, top_k=8, route="local")
+    rag_result = compress(text, top_k=8, method="rag-sparse")
+    assert all(fact in mixpr_result.text for fact in facts.values())
+    assert facts[1500] not in rag_result.text
+
+
+def test_global_route_keeps_the_frequent_words():
+    import random
+
+    rng = random.Random(3)
+    common = [f"common{i}" for i in range(5)]
+    rare = [f"rare{i}" for i in range(2000)]
+    words = common * 60 + rare * 3
+    rng.shuffle(words)
+    listing = " ".join(f"{i + 1}. {w}" for i, w in enumerate(words))
+    text = f"Below is a numbered list of words.\n{listing}\nQuestion: What are the 5 most common words?"
+    result = compress(text, budget_tokens=1500, route="auto")
+    assert result.stats["route"] == "global"
+    kept = re.findall(r"[a-z]+\d+", result.text)
+    top = sorted(set(kept), key=kept.count, reverse=True)[:5]
+    assert sorted(top) == sorted(common)
+
+
+def test_auto_route_asks_the_llm_with_the_papers_prompt():
+    prompts = []
+
+    def ask(prompt):
+        prompts.append(prompt)
+        return "n"
+
+    result = compress(needle_prompt(), budget_tokens=300, route="auto", ask_llm=ask)
+    assert result.stats["route"] == "local" and result.stats["router"] == "llm"
+    assert len(prompts) == 1 and prompts[0].startswith("If the query asks for summarization")
+    assert "gentle-harbor mentioned in the provided text is" in prompts[0]
+
+
+def test_middle_out_keeps_head_and_tail():
+    text = needle_prompt()
+    result = compress(text, budget_tokens=300, method="middle-out")
+    assert result.text.startswith("A special magic number is hidden")
+    assert result.text.endswith(QUESTION.strip())
+    assert NEEDLE not in result.text
+
+
+def test_boundaries_are_never_crossed():
+    first = " ".join(sentences(200, seed=8))
+    text = first + "no stop here" + QUESTION
+    cut = len(first) + len("no stop")
+    result = compress(text, budget_tokens=200, boundaries=[cut])
+    assert all(not (start < cut < end) for start, end in result.spans)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"method": "bm25"}, "method must be one of mixpr, rag-sparse, middle-out"),
+        ({"route": "sideways"}, "route must be one of auto, heuristic, local, global"),
+        ({"budget_tokens": 0}, "budget_tokens must be a positive integer"),
+        ({"top_k": -1}, "top_k must be a positive integer"),
+    ],
+)
+def test_bad_arguments_say_what_is_valid(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        compress("text", **kwargs)
+
+
+def test_empty_text():
+    result = compress("", budget_tokens=10)
+    assert result.text == "" and result.spans == [] and result.stats["kept_chunks"] == 0
+
+
+def test_budget_below_the_query_keeps_just_the_query():
+    result = compress(needle_prompt(), budget_tokens=5, route="local")
+    assert result.text.strip() == QUESTION.strip().split("? ")[-1]

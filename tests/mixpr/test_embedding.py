@@ -1,0 +1,40 @@
+import numpy as np
+import scipy.sparse as sp
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from mixpr.embedding import count_matrix, embed
+
+from .filler import sentences
+
+TEXTS = sentences(300, seed=3) + ["", "a b c", "Café CAFÉ café naïve", "x\x00y zz\x00ww"]
+
+
+def test_matches_scikit_learn_tfidf_vectorizer():
+    ours = embed(TEXTS)
+    reference = TfidfVectorizer(dtype=np.float32).fit_transform(TEXTS)
+    assert ours.shape == reference.shape
+    # Column order differs (first appearance vs alphabetical); similarities do not.
+    np.testing.assert_allclose((ours @ ours.T).toarray(), (reference @ reference.T).toarray(), atol=1e-5)
+
+
+def test_rows_are_unit_length_or_empty():
+    norms = np.sqrt(np.asarray(embed(TEXTS).multiply(embed(TEXTS)).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms[:300], 1.0, rtol=1e-5)
+    assert norms[300] == 0 and norms[301] == 0  # no token of two or more word characters
+
+
+def test_counts_are_case_folded_and_per_text():
+    counts = count_matrix(["Apple apple APPLE pear", "pear"])
+    assert sp.issparse(counts)
+    assert sorted(counts.toarray()[0].tolist()) == [1.0, 3.0]
+    assert counts.toarray()[1].sum() == 1.0
+
+
+def test_separator_characters_inside_texts_do_not_shift_rows():
+    counts = count_matrix(["aa\x00bb", "cc"])
+    assert counts.shape == (2, 3)
+    assert counts.toarray()[1].sum() == 1.0
+
+
+def test_no_words_at_all():
+    assert embed(["", "!", "a"]).shape == (3, 0)

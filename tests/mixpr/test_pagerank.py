@@ -1,0 +1,60 @@
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+
+from mixpr.embedding import embed
+from mixpr.pagerank import degrees, factorised
+
+from .filler import sentences
+
+
+def test_two_chunk_graph_by_hand():
+    # M = [[1, .6], [.6, 1]], d = [1.6, 1.6]; π = .5 A π + .5 [0, 1]  =>  π = [3/14, 11/14].
+    E = sp.csr_matrix(np.array([[1.0, 0.0], [0.6, 0.8]]))
+    pi = factorised(E, np.array([0.0, 1.0]), 0.5, max_iter=100, tol=1e-12)
+    np.testing.assert_allclose(pi, [3 / 14, 11 / 14], atol=1e-9)
+
+
+def test_matches_networkx_on_the_explicit_graph():
+    E = embed(sentences(40, seed=5) + ["gentle harbor question about the river?"])
+    M = (E @ E.T).toarray().astype(np.float64)
+    graph = nx.from_numpy_array(M, create_using=nx.DiGraph)
+    p = np.zeros(E.shape[0])
+    p[-1] = 1.0
+    # networkx's alpha is the damping factor, 1 - our α.
+    expected = nx.pagerank(graph, alpha=0.4, personalization=dict(enumerate(p)), tol=1e-12, max_iter=500)
+    ours = factorised(E, p, 0.6, max_iter=200, tol=1e-14)
+    np.testing.assert_allclose(ours, [expected[i] for i in range(len(p))], atol=1e-6)
+
+
+def test_plain_pagerank_ranks_the_big_clique_above_the_small_one():
+    # Disconnected cliques, like a word list: a uniform start would leave every node at 1/n.
+    E = embed(["apple"] * 30 + ["pear"] * 3 + ["plum"] * 3)
+    pi = factorised(E, np.eye(36)[-1], 0.0)
+    assert pi[:30].min() > pi[30:].max()
+    np.testing.assert_allclose(pi, degrees(E) / degrees(E).sum())
+
+
+def test_query_neighbours_outrank_strangers():
+    texts = sentences(200, seed=1)
+    texts[50] = "The lighthouse keeper hid the key under the blue stone."
+    texts.append("Where did the lighthouse keeper hide the key?")
+    E = embed(texts)
+    pi = factorised(E, np.eye(len(texts))[-1], 0.6)
+    assert np.argsort(-pi)[1] == 50  # first after the query itself
+
+
+def test_stops_after_max_iter():
+    E = embed(sentences(30, seed=2))
+    p = np.eye(30)[-1]
+    one = factorised(E, p, 0.6, max_iter=1, tol=0)
+    A = (E @ E.T).toarray()
+    A = A / A.sum(axis=0)
+    np.testing.assert_allclose(one, 0.4 * A @ p + 0.6 * p, atol=1e-6)
+
+
+def test_chunks_without_words_send_their_mass_back_to_the_query():
+    E = embed(["river stone", "!!", "river bridge"])
+    pi = factorised(E, np.array([0.0, 0.0, 1.0]), 0.6)
+    assert np.isclose(pi.sum(), 1.0)
+    assert pi[1] < 1e-12

@@ -1,0 +1,90 @@
+import pytest
+
+from mixpr.routing import (
+    GLOBAL,
+    LOCAL,
+    ROUTER_PROMPT,
+    choose_route,
+    heuristic_route,
+    parse_route,
+    router_prompt,
+    router_query,
+)
+
+PAPER_PROMPT = (
+    "If the query asks for summarization, most frequent words, or descriptions of an entire document, "
+    "answer 'y' with no other text. If the query does not and only asks a specific question, answer 'n' "
+    "with no other text.\n\nQUERY: [query]\n\nIf the query asks for summarization, most frequent words, "
+    "or descriptions of an entire document, answer 'y' with no other text. If the query does not and only "
+    "asks a specific question, answer 'n' with no other text.\n\nAnswer:"
+)
+
+
+def test_prompt_is_the_papers_verbatim():
+    assert ROUTER_PROMPT == PAPER_PROMPT
+
+
+def test_router_sees_first_two_and_last_two_chunks():
+    chunks = ["one. ", "two. ", "three. ", "four. ", "five?"]
+    assert router_query(chunks) == "one. two. four. five?"
+    assert router_prompt(chunks) == PAPER_PROMPT.replace("[query]", "one. two. four. five?")
+    assert router_query(["only?"]) == "only?"
+
+
+@pytest.mark.parametrize(
+    ("answer", "route"),
+    [
+        ("y", GLOBAL),
+        ("Y", GLOBAL),
+        (" 'y'", GLOBAL),
+        ("yes.", GLOBAL),
+        ("n", LOCAL),
+        ("No", LOCAL),
+        ("maybe", None),
+        ("", None),
+        ("yn", None),
+    ],
+)
+def test_parse_route(answer, route):
+    assert parse_route(answer) == route
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Please summarize the book above.",
+        "What are the 10 most common words in the above list?",
+        "Find the three most frequently appeared coded words.",
+        "Give me an overview of the entire document.",
+        "What is this story about?",
+    ],
+)
+def test_heuristic_sends_whole_document_tasks_global(query):
+    assert heuristic_route(query) == GLOBAL
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "What is the special magic number for gentle-harbor mentioned in the provided text?",
+        "Find all variables that are assigned the value 12345 in the text above.",
+        "Question: Where is Mary? The most recent location of Mary is",
+        "Follow the chain starting at AbCdEf for 3 steps and output the final hash.",
+    ],
+)
+def test_heuristic_keeps_specific_questions_local(query):
+    assert heuristic_route(query) == LOCAL
+
+
+def test_llm_answer_decides_when_it_parses():
+    assert choose_route(["What is x?"], lambda prompt: "y") == (GLOBAL, "llm")
+    assert choose_route(["Summarize it."], lambda prompt: "n") == (LOCAL, "llm")
+
+
+def test_unparseable_or_failing_llm_falls_back_to_heuristic():
+    def broken(prompt):
+        raise TimeoutError
+
+    assert choose_route(["Summarize it."], lambda prompt: "I think so") == (GLOBAL, "heuristic")
+    assert choose_route(["Summarize it."], broken) == (GLOBAL, "heuristic")
+    assert choose_route(["What is x?"], None) == (LOCAL, "heuristic")
