@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -34,10 +36,12 @@ class GatewayState:
         self.chat: ChatService | None = None
         self.managed: list[Any] = []
         self.started = False
+        self.failure: str | None = None  # why a managed server did not come up
+        self._starting: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
-        return self.started and all(getattr(server, "ready", True) for server in self.managed)
+        return self.started and all(server.ready for server in self.managed)
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -45,12 +49,17 @@ class GatewayState:
         compressor = Compressor(workers=general.compression_workers,
                                 route_cache_size=general.route_cache_size, router=self._ask_router)
         self.chat = ChatService(self.config, compressor, self.metrics)
+        self.managed = self._managed_servers()
+        # Models load in the background: liveliness answers at once, readiness once they answer.
+        self._starting = asyncio.create_task(self._start_managed())
+        self.started = True
         try:
-            await self._start_managed()
-            self.started = True
             yield
         finally:
             self.started = False
+            self._starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._starting
             await self._stop_managed()
             compressor.close()
 
@@ -58,10 +67,11 @@ class GatewayState:
         assert self.chat is not None
         return await self.chat.ask_router(model_name, prompt)
 
-    async def _start_managed(self) -> None:
+    def _managed_servers(self) -> list[Any]:
+        """One ``ManagedServer`` per model with a ``managed_server`` block; bad settings fail start-up."""
         entries = [m for m in self.config.model_list if m.managed_server]
         if not entries:
-            return
+            return []
         try:
             from gateway.local_model import ManagedServer
         except ImportError as exc:
@@ -69,11 +79,16 @@ class GatewayState:
                 f"model {entries[0].model_name!r} has a managed_server, but gateway.local_model "
                 f"cannot be imported ({exc})"
             ) from exc
-        for entry in entries:
-            server = ManagedServer(entry.managed_server)
-            self.managed.append(server)
-            log.info("starting managed server for model %s", entry.model_name)
-            await server.start()
+        return [ManagedServer(entry.managed_server) for entry in entries]
+
+    async def _start_managed(self) -> None:
+        for server in self.managed:
+            try:
+                await server.start()
+            except Exception as exc:
+                self.failure = f"{type(exc).__name__}: {exc}"
+                log.error("managed model server failed to start: %s", exc)
+                return
 
     async def _stop_managed(self) -> None:
         for server in reversed(self.managed):
@@ -81,7 +96,6 @@ class GatewayState:
                 await server.stop()
             except Exception:  # keep stopping the others; the error is logged, not fatal at shutdown
                 log.exception("stopping a managed server failed")
-        self.managed.clear()
 
 
 def create_app(config: GatewayConfig) -> FastAPI:
@@ -160,8 +174,12 @@ async def liveliness() -> dict[str, str]:
 
 @router.get("/health/readiness")
 async def readiness(request: Request) -> JSONResponse:
-    ready = _state(request).ready
-    return JSONResponse({"status": "ready" if ready else "starting"}, status_code=200 if ready else 503)
+    state = _state(request)
+    if state.ready:
+        return JSONResponse({"status": "ready"})
+    if state.failure:
+        return JSONResponse({"status": "failed", "error": state.failure}, status_code=503)
+    return JSONResponse({"status": "starting"}, status_code=503)
 
 
 @router.get("/metrics")

@@ -88,7 +88,7 @@ async def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
 async def open_stream(kwargs: dict[str, Any]) -> Any:
     """Start a streaming completion; errors before the first byte still get a proper status."""
     try:
-        return await litellm.acompletion(**kwargs, stream=True)
+        return await litellm.acompletion(**{**kwargs, "stream": True})
     except Exception as exc:
         raise map_error(exc) from exc
 
@@ -128,6 +128,9 @@ def map_error(exc: BaseException) -> GatewayError:
     if isinstance(exc, GatewayError):
         return exc
     causes = _causes(exc)
+    if not any(_from_the_wire(c) for c in causes):  # our own bug: not the upstream's fault
+        log.error("unexpected %s while calling the upstream", type(exc).__name__)
+        return GatewayError("The gateway hit an internal error.", status_code=500)
     if any(isinstance(c, litellm.Timeout | openai.APITimeoutError | asyncio.TimeoutError) for c in causes):
         return UpstreamError("The upstream model did not answer in time.", status_code=504,
                              code="upstream_timeout")
@@ -148,6 +151,13 @@ def _causes(exc: BaseException) -> list[BaseException]:
         seen.append(current)
         current = current.__cause__ or current.__context__
     return seen
+
+
+def _from_the_wire(exc: BaseException) -> bool:
+    # LiteLLM's exceptions all derive from openai's; transports raise httpx/aiohttp/OS errors.
+    return isinstance(exc, openai.OpenAIError | httpx.HTTPError | OSError | asyncio.TimeoutError) or (
+        type(exc).__module__.startswith("aiohttp")
+    )
 
 
 def _is_connection_failure(exc: BaseException) -> bool:

@@ -1,0 +1,130 @@
+"""A real gateway (uvicorn, in a thread) in front of a real recording upstream, both on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from fake_upstream import FakeUpstream
+
+from gateway import create_app
+from gateway.config import parse_config
+
+MASTER_KEY = "sk-gateway-test"
+UPSTREAM_KEY = "sk-upstream-secret"
+SMALL_WINDOW = 3000  # the window of the models that get long prompts in these tests
+MAX_BODY_BYTES = 1_000_000
+
+
+class ServerThread:
+    """uvicorn serving ``app`` on a free 127.0.0.1 port, in a background thread."""
+
+    def __init__(self, app: Any) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> ServerThread:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("gateway did not start")
+            time.sleep(0.02)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, read, released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def model(name: str, upstream_model: str, api_base: str, **extra: Any) -> dict[str, Any]:
+    params = {"model": f"openai/{upstream_model}", "api_base": api_base, "api_key": UPSTREAM_KEY}
+    params.update(extra.pop("litellm_params", {}))
+    return {"model_name": name, "litellm_params": params, **extra}
+
+
+def gateway_config(base: str) -> dict[str, Any]:
+    small = {"max_input_tokens": SMALL_WINDOW}
+    return {
+        "model_list": [
+            model("gpt-test", "echo", base),
+            model("small", "small", base, model_info=small, mixpr={"budget_tokens": 800}),
+            model("small-auto", "small-auto", base, model_info=small,
+                  mixpr={"budget_tokens": 800, "router": "auto"}),
+            model("rate-limited", "mode-429", base),
+            model("broken", "mode-500", base),
+            model("slow", "mode-hang", base, litellm_params={"timeout": 0.5}),
+            model("dropper", "mode-close", base),
+            model("midstream", "mode-midstream", base),
+            model("unreachable", "x", f"http://127.0.0.1:{closed_port()}/v1"),
+        ],
+        "mixpr_settings": {"router": "heuristic", "budget_tokens": 4000},
+        "general_settings": {"master_key": MASTER_KEY, "max_body_bytes": MAX_BODY_BYTES},
+    }
+
+
+@pytest.fixture(scope="session")
+def upstream() -> Iterator[FakeUpstream]:
+    server = FakeUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def gateway_app(upstream: FakeUpstream) -> Any:
+    return create_app(parse_config(gateway_config(upstream.base_url)))
+
+
+@pytest.fixture(scope="session")
+def gateway_url(gateway_app: Any) -> Iterator[str]:
+    server = ServerThread(gateway_app).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture
+def client(gateway_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=gateway_url + "/v1", api_key=MASTER_KEY, max_retries=0, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture
+def http(gateway_url: str) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {MASTER_KEY}"}
+    with httpx.Client(base_url=gateway_url, headers=headers, timeout=30) as c:
+        yield c
+
+
+# Third-party noise that pyproject's filterwarnings=error would turn into failed upstream calls:
+# LiteLLM's TypedDicts make pydantic warn when it first builds their schemas, and that happens
+# inside the gateway's server thread, where any exception becomes an upstream error.
+THIRD_PARTY_WARNINGS = ("ignore:.*is using the `ReadOnly` qualifier:UserWarning",)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/gateway/" in str(item.path).replace("\\", "/"):
+            for spec in THIRD_PARTY_WARNINGS:
+                item.add_marker(pytest.mark.filterwarnings(spec))
