@@ -11,6 +11,13 @@ import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
 
 from bench.cli import format_size  # noqa: E402
 
+_STYLES = [
+    {"marker": "o", "lw": 3.5, "ms": 8, "alpha": 0.6},
+    {"marker": "s", "lw": 1.5, "ls": "--", "ms": 5},
+    {"marker": "^", "lw": 1.5, "ls": ":", "ms": 6},
+    {"marker": "x", "lw": 1.2, "ls": "-.", "ms": 6},
+]
+
 
 def quality_plot(family_means: dict, methods: list[str], path: Path) -> None:
     """One panel per family: mean score vs context length, one line per method."""
@@ -18,9 +25,10 @@ def quality_plot(family_means: dict, methods: list[str], path: Path) -> None:
     fig, axes = plt.subplots(1, len(families), figsize=(5 * len(families), 4), squeeze=False)
     for ax, fam in zip(axes[0], families, strict=True):
         lengths = sorted({n for f, n, _ in family_means if f == fam})
-        for method in methods:
+        for i, method in enumerate(methods):
             ys = [family_means.get((fam, n, method)) for n in lengths]
-            ax.plot(lengths, ys, marker="o", label=method)
+            # Distinct styles: methods often tie, and identical lines would hide each other.
+            ax.plot(lengths, ys, label=method, **_STYLES[i % len(_STYLES)])
         ax.set_xscale("log", base=2)
         ax.set_xticks(lengths, [format_size(n) for n in lengths])
         ax.set_ylim(-0.02, 1.02)
