@@ -136,6 +136,21 @@ async def test_no_answer_within_the_timeout_is_an_error_and_the_process_is_stopp
     assert server._process is None
 
 
+async def test_cancelling_start_stops_the_half_started_process(fake_llama, model_file, monkeypatch):
+    # The gateway cancels a start still in progress when it shuts down.
+    monkeypatch.setenv("FAKE_LLAMA_MODE", "hang")
+    server = ManagedServer(settings(model_file))
+    starting = asyncio.create_task(server.start())
+    while server._process is None:
+        await asyncio.sleep(0.05)
+    process = server._process
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert process.returncode is not None
+    assert server._process is None and not server.ready
+
+
 async def test_stop_kills_a_server_that_ignores_sigterm(fake_llama, model_file, monkeypatch):
     monkeypatch.setenv("FAKE_LLAMA_MODE", "stubborn")
     monkeypatch.setattr(local_model, "STOP_GRACE_SECONDS", 0.5)
@@ -160,9 +175,12 @@ async def test_the_server_dies_with_the_gateway(fake_llama, model_file):
     port = free_port()
     parent = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""
-            import asyncio, time
-            from gateway.local_model import ManagedServer
-            asyncio.run(ManagedServer({{"model_path": {str(model_file)!r}, "port": {port}}}).start())
+            import asyncio, importlib.util, time
+            # Loaded by path: importing the gateway package would pull in LiteLLM (seconds).
+            spec = importlib.util.spec_from_file_location("local_model", {local_model.__file__!r})
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            asyncio.run(module.ManagedServer({{"model_path": {str(model_file)!r}, "port": {port}}}).start())
             print("started", flush=True)
             time.sleep(600)
         """)],
