@@ -30,7 +30,16 @@ def _litellm_tokenizers_dir() -> str | None:
 if "TIKTOKEN_CACHE_DIR" not in os.environ and (_folder := _litellm_tokenizers_dir()):
     os.environ["TIKTOKEN_CACHE_DIR"] = _folder
 
-from gateway.app import create_app  # noqa: E402  (needs the environment above)
 from gateway.config import ConfigError, GatewayConfig, load_config  # noqa: E402
 
 __all__ = ["ConfigError", "GatewayConfig", "create_app", "load_config"]
+
+
+def __getattr__(name: str) -> object:
+    # The app pulls in LiteLLM (seconds to import): only when asked, so the CLI's config check
+    # and tools that only read the config stay fast.
+    if name == "create_app":
+        from gateway.app import create_app
+
+        return create_app
+    raise AttributeError(f"module 'gateway' has no attribute {name!r}")

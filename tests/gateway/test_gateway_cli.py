@@ -1,0 +1,45 @@
+"""``python -m gateway``: a clear one-line failure on a bad config, and a real start-up."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from conftest import closed_port
+
+
+def test_bad_config_exits_with_a_clear_message(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("model_list:\n  - model_name: m\n    litellm_params: {}\n")
+    done = subprocess.run([sys.executable, "-m", "gateway", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr == (f"mixpr-gateway: {config}: invalid configuration\n"
+                           "  model_list.0.litellm_params: Value error, litellm_params.model is required "
+                           "(e.g. openai/gpt-4o-mini)\n")
+
+
+def test_serves_models_on_the_given_port(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("model_list:\n  - model_name: local\n    litellm_params: {model: openai/x}\n")
+    port = closed_port()
+    process = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port),
+                                "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                response = httpx.get(f"http://127.0.0.1:{port}/v1/models")
+                break
+            except httpx.ConnectError:
+                assert process.poll() is None and time.monotonic() < deadline
+                time.sleep(0.1)
+        assert response.json()["data"][0]["id"] == "local"
+        assert httpx.get(f"http://127.0.0.1:{port}/health/readiness").json() == {"status": "ready"}
+    finally:
+        process.terminate()
+        process.wait(10)
+        process.stdout.close()
