@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -102,8 +103,15 @@ def main(argv: list[str] | None = None) -> None:
     cases = [("books", parse_size(s)) for s in args.sizes.split(",")]
     if not args.no_flood:
         cases += [(kind, parse_size(args.flood_size)) for kind in FLOODS]
+    load_before = os.getloadavg()
     rows = [run_child(kind, n, args.runs if n <= 1024**2 else 1, args.timeout) for kind, n in cases]
+    load = {"before": load_before, "after": os.getloadavg(), "cpus": os.cpu_count()}
+    for row in rows:
+        row["loadavg"] = load
     print(markdown(rows))
+    # Times on a shared box mean little without the load they were taken under.
+    before, after = load["before"], load["after"]
+    print(f"\nload average (1/5/15 min): before {before}, after {after}, {load['cpus']} CPUs")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "speed.json").write_text(json.dumps(rows, indent=1))
     books = [r for r in rows if r["kind"] == "books" and "error" not in r]
