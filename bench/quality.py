@@ -34,7 +34,7 @@ TARGETS = {
     ("multi", False): 0.90, ("multi", True): 0.80,
     ("global", False): 0.90, ("global", True): 0.90,
 }  # fmt: skip
-DEFAULT_SAMPLES = {4096: 8, 32768: 8, 131072: 4, 1048576: 2}
+DEFAULT_SAMPLES = {4096: 12, 32768: 12, 131072: 6, 1048576: 2}
 
 
 def target_for(family: str, length: int) -> float:
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--tasks", default="all", help="task names and/or groups: ruler,babilong,hashhop,single,..."
     )
-    ap.add_argument("--samples", type=int, help="samples per cell (default: 8 up to 32k, 4 at 128k, 2 at 1M)")
+    ap.add_argument("--samples", type=int, help="samples per cell (default: 12 up to 32k, 6 at 128k, 2 at 1M)")
     ap.add_argument("--budget", type=int, default=4000, help="compression budget in tokens")
     ap.add_argument("--seed", type=int, default=0, help="first seed")
     ap.add_argument("--quick", action="store_true", help="smoke run: 4k and 32k, one sample per cell")
