@@ -6,12 +6,14 @@ a main character's name): thousands of weak links outweigh the one strong link
 a multi-hop question needs. The paper cuts similarities below 0.27 from an
 explicit graph, which is quadratic. We get the same effect in two linear steps:
 
-1. factorised PPR with the frequent words' columns removed (a word in more
-   than ``FREQUENT_SHARE`` of the chunks carries no "which chunk" information),
-   which finds the neighbourhood of the query;
-2. PPR on the explicit, pruned graph of the best ``candidates`` chunks, which
-   orders that neighbourhood as the paper's graph would. Chunks the pruned
-   graph cannot reach keep their step-1 order behind those it can.
+1. candidates: the best chunks by factorised PPR with the frequent words'
+   columns removed (a word in more than ``FREQUENT_SHARE`` of the chunks says
+   little about which chunk to follow), which finds the multi-hop
+   neighbourhood, plus the chunks most similar to the query over all words
+   (a query word can be frequent, e.g. the object every bAbI fact moves);
+2. PPR on the explicit graph of the candidates, pruned at 0.27 as in the
+   paper, which orders that neighbourhood as the paper's graph would. Chunks
+   it cannot reach follow in step-1 order.
 
 Global (α = 0): plain PageRank on the full graph, i.e. structural importance.
 Here the frequent words are the signal, so nothing is removed.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from mixpr import pagerank
+from mixpr import baselines, pagerank
 from mixpr.routing import ALPHA, LOCAL
 
 LOCAL_ALPHA = ALPHA[LOCAL]
@@ -39,8 +41,10 @@ def global_scores(E: sp.csr_matrix, p: np.ndarray) -> np.ndarray:
 def local_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np.ndarray:
     """``kept_chunks``: about how many chunks the caller will keep; sizes the candidate set."""
     coarse = pagerank.factorised(without_frequent_words(E), p, LOCAL_ALPHA)
-    candidates = max(MIN_CANDIDATES, CANDIDATES_PER_KEPT_CHUNK * kept_chunks)
-    picked = _best(coarse, candidates, np.flatnonzero(p))
+    similar = baselines.rag_sparse_scores(E, p)
+    count = max(MIN_CANDIDATES, CANDIDATES_PER_KEPT_CHUNK * kept_chunks)
+    picked = np.union1d(_best(coarse, count), _best(similar, count))
+    picked = np.union1d(picked, np.flatnonzero(p))
     fine = pagerank.pruned(E[picked], p[picked], LOCAL_ALPHA)
     # Chunks the pruned graph reaches come first, in its order (scores above 1);
     # all others follow in the coarse order (scores in [0, 1]).
@@ -56,7 +60,7 @@ def without_frequent_words(E: sp.csr_matrix) -> sp.csr_matrix:
     return E[:, np.flatnonzero(chunks_with_word <= limit)].tocsr()
 
 
-def _best(scores: np.ndarray, k: int, pinned: np.ndarray) -> np.ndarray:
+def _best(scores: np.ndarray, k: int) -> np.ndarray:
     if k >= len(scores):
         return np.arange(len(scores))
-    return np.union1d(np.argpartition(-scores, k)[:k], pinned)
+    return np.argpartition(-scores, k)[:k]
