@@ -22,6 +22,7 @@ from statistics import mean
 from bench import metrics
 from bench.cli import format_size, parse_size, parse_tasks
 from bench.plotting import quality_plot
+from bench.provenance import library_version
 from bench.tasks import FAMILY, Sample, generate
 
 OUT = Path(__file__).with_name("out")
@@ -206,7 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument(
         "--tasks", default="all", help="task names and/or groups: ruler,babilong,hashhop,single,..."
     )
-    ap.add_argument("--samples", type=int, help="samples per cell (default: 12 up to 32k, 6 at 128k, 2 at 1M)")
+    ap.add_argument(
+        "--samples", type=int, help="samples per cell (default: 12 up to 32k, 6 at 128k, 2 at 1M)"
+    )
     ap.add_argument("--budget", type=int, default=4000, help="compression budget in tokens")
     ap.add_argument("--seed", type=int, default=0, help="first seed")
     ap.add_argument("--quick", action="store_true", help="smoke run: 4k and 32k, one sample per cell")
@@ -217,16 +220,17 @@ def main(argv: list[str] | None = None) -> None:
     lengths = [parse_size(s) for s in ("4k,32k" if args.quick else args.lengths).split(",")]
     per_cell = 1 if args.quick else args.samples
     samples = {n: per_cell or DEFAULT_SAMPLES.get(n, 2) for n in lengths}
-    t0 = time.perf_counter()
+    t0, version = time.perf_counter(), library_version()  # taken first: the library may change mid-run
     rows = run(parse_tasks(args.tasks), lengths, samples, args.budget, args.seed)
     report = markdown_tables(rows) + "\n\n" + shortfalls(rows)
     print(report)
-    print(f"\n({len(rows) // len(METHODS)} samples in {time.perf_counter() - t0:.0f} s)")
+    print(f"\n({len(rows) // len(METHODS)} samples in {time.perf_counter() - t0:.0f} s; library {version})")
     args.out.mkdir(parents=True, exist_ok=True)
     cells = cell_means(rows)
     summary = {
         "budget": args.budget,
         "methods": METHODS,
+        "library": version,
         "rows": rows,
         "cells": [{"task": t, "length": n, "method": m, "score": v} for (t, n, m), v in cells.items()],
         "families": [

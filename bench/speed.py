@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.cli import format_size, parse_size
 from bench.plotting import speed_plot
+from bench.provenance import library_version
 
 OUT = Path(__file__).with_name("out")
 PLOTS = Path(__file__).with_name("plots")
@@ -103,15 +104,23 @@ def main(argv: list[str] | None = None) -> None:
     cases = [("books", parse_size(s)) for s in args.sizes.split(",")]
     if not args.no_flood:
         cases += [(kind, parse_size(args.flood_size)) for kind in FLOODS]
-    load_before = os.getloadavg()
+    load_before, version = os.getloadavg(), library_version()
     rows = [run_child(kind, n, args.runs if n <= 1024**2 else 1, args.timeout) for kind, n in cases]
-    load = {"before": load_before, "after": os.getloadavg(), "cpus": os.cpu_count()}
+    load = {
+        "before": load_before,
+        "after": os.getloadavg(),
+        "cpus": os.cpu_count(),
+        "library": version,
+    }
     for row in rows:
         row["loadavg"] = load
     print(markdown(rows))
     # Times on a shared box mean little without the load they were taken under.
     before, after = load["before"], load["after"]
-    print(f"\nload average (1/5/15 min): before {before}, after {after}, {load['cpus']} CPUs")
+    print(
+        f"\nload average (1/5/15 min): before {before}, after {after}, {load['cpus']} CPUs;"
+        f" library {load['library']}"
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "speed.json").write_text(json.dumps(rows, indent=1))
     books = [r for r in rows if r["kind"] == "books" and "error" not in r]
