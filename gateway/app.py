@@ -47,8 +47,12 @@ class GatewayState:
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
         compressor = Compressor(workers=general.compression_workers,
-                                route_cache_size=general.route_cache_size, router=self._ask_router)
+                                route_cache_size=general.route_cache_size,
+                                executor=general.compression_executor)
         self.chat = ChatService(self.config, compressor, self.metrics)
+        defaults = self.config.mixpr_settings
+        auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
+        await compressor.start(with_router=auto)
         self.managed = self._managed_servers()
         # Models load in the background: liveliness answers at once, readiness once they answer.
         self._starting = asyncio.create_task(self._start_managed())
@@ -62,10 +66,6 @@ class GatewayState:
                 await self._starting
             await self._stop_managed()
             compressor.close()
-
-    async def _ask_router(self, model_name: str, prompt: str) -> str:
-        assert self.chat is not None
-        return await self.chat.ask_router(model_name, prompt)
 
     def _managed_servers(self) -> list[Any]:
         """One ``ManagedServer`` per model with a ``managed_server`` block; bad settings fail start-up."""

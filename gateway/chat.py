@@ -15,7 +15,7 @@ from typing import Any
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway import upstream
-from gateway.compression import Compressor, Control, Outcome, Target
+from gateway.compression import Compressor, Control, Outcome, Router, Target
 from gateway.config import GatewayConfig, ModelEntry, max_input_tokens
 from gateway.errors import BadRequest, ModelNotFound
 from gateway.metrics import Metrics
@@ -47,7 +47,7 @@ class ChatService:
         target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(body, settings))
         outcome = await self.compressor.prepare(
             messages, tools=body.get("tools"), target=target, settings=settings, control=control,
-            router_model=settings.router_model or entry.model_name,
+            router=self.router(settings.router_model or entry.model_name),
         )
         self.metrics.record_chat(entry.model_name, outcome.action, outcome.original_tokens,
                                  outcome.final_tokens, outcome.route, outcome.compress_ms)
@@ -64,16 +64,16 @@ class ChatService:
                                      headers=sse_headers)
         return JSONResponse(await upstream.complete(kwargs), headers=report)
 
-    async def ask_router(self, model_name: str, prompt: str) -> str:
-        """The auto router's question, sent to a configured model with deterministic settings."""
+    def router(self, model_name: str) -> Router | None:
+        """How workers ask ``model_name`` the auto router's question (deterministic, 2 tokens)."""
         entry = self.config.model(model_name)
         if entry is None:
-            raise LookupError(f"router_model {model_name!r} is not in model_list")
+            return None  # config validation names unknown router models; this is belt and braces
+        timeout = entry.settings(self.config.mixpr_settings).router_timeout_s
         body = {"max_tokens": ROUTER_MAX_TOKENS, "temperature": 0}
-        messages = [{"role": "user", "content": prompt}]
-        settings = entry.settings(self.config.mixpr_settings)
-        kwargs = upstream.build_call(entry, body, messages, timeout=settings.router_timeout_s)
-        return await upstream.ask(kwargs)
+        kwargs = upstream.build_call(entry, body, [], timeout=timeout)
+        del kwargs["messages"]
+        return Router(name=model_name, kwargs=kwargs, timeout=timeout)
 
     def _validate(self, body: Any) -> tuple[ModelEntry, list[dict[str, Any]]]:
         if not isinstance(body, dict):

@@ -1,22 +1,28 @@
-"""When to compress, and doing it off the event loop.
+"""When to compress, and doing it without stalling the event loop.
 
-MixPR and tiktoken are CPU work; they run in a small bounded thread pool (their heavy parts
-release the GIL) so that a 1M-token compression never stalls other requests. The auto router
-needs an LLM answer from inside that worker thread: it is asked on the event loop through
-``run_coroutine_threadsafe`` and its decisions are cached by content hash.
+MixPR and tiktoken are CPU work, and measured on a 1M-token prompt they hold the GIL for up to
+~220 ms at a time (chunking regexes, scikit-learn's tokenizer, tiktoken's merge loop), so worker
+*threads* would still freeze every other request. The work therefore runs in a small pool of
+worker *processes* (``compression_executor: process``, the default); ``thread`` remains for
+tests and tiny deployments. A job gets the text and plain options and returns spans and stats.
+
+The auto router needs an LLM answer from inside the job: the job calls ``litellm.completion``
+itself (synchronously, in the worker) with the router model's settings. Decisions are cached in
+the gateway by a hash of the model and the text, and a cached route is passed back in as forced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import functools
 import hashlib
 import logging
+import multiprocessing
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +30,6 @@ import mixpr
 from gateway import conversation
 from gateway.config import MixprSettings
 from gateway.errors import ContextLengthExceeded
-from mixpr.routing import parse_route
 from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.compression")
@@ -33,7 +38,6 @@ INLINE_COUNT_CHARS = 200_000  # shorter texts are counted on the loop: a pool ho
 MAX_ATTEMPTS = 3  # compress, recount, shrink the budget and retry when the result does not fit
 SHRINK_MARGIN = 0.9
 
-RouterCall = Callable[[str, str], Awaitable[str]]  # (router model name, prompt) -> answer
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,15 @@ class Target:
 
 
 @dataclass(frozen=True)
+class Router:
+    """How to ask the auto router: a cache key for the model and ``litellm.completion`` kwargs."""
+
+    name: str
+    kwargs: dict[str, Any]
+    timeout: float
+
+
+@dataclass(frozen=True)
 class Outcome:
     messages: list[dict[str, Any]]
     action: str  # "passthrough" | "compressed"
@@ -71,10 +84,14 @@ class Outcome:
 class Compressor:
     """The worker pool, the router cache, and the decision of what reaches the upstream."""
 
-    def __init__(self, *, workers: int, route_cache_size: int, router: RouterCall) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mixpr")
-        self._router = router
+    def __init__(self, *, workers: int, route_cache_size: int, executor: str = "process") -> None:
+        self._workers = workers
+        self._pool = _make_pool(executor, workers)
         self._cache = _LruCache(route_cache_size)
+
+    async def start(self, *, with_router: bool) -> None:
+        """Start every worker now (imports take seconds) rather than on the first long prompt."""
+        await asyncio.gather(*(self.run(_warm_up, with_router) for _ in range(self._workers)))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -91,7 +108,7 @@ class Compressor:
         target: Target,
         settings: MixprSettings,
         control: Control,
-        router_model: str,
+        router: Router | None,
     ) -> Outcome:
         """The messages to forward: unchanged below the trigger, else compressed to fit."""
         conv = conversation.split(messages)
@@ -101,7 +118,7 @@ class Compressor:
             return Outcome(messages, "passthrough", total, total)
         try:
             counts = (stream_tokens, fixed)
-            return await self._compress(conv, tools, counts, target, settings, control, router_model)
+            return await self._compress(conv, tools, counts, target, settings, control, router)
         except ContextLengthExceeded:
             raise
         except Exception as exc:  # a bug or a pathological text must not cost the user an answer
@@ -117,9 +134,10 @@ class Compressor:
             ) from exc
 
     async def _count(self, conv: conversation.Conversation, model: str, tools: Any) -> tuple[int, int]:
-        if len(conv.text) + len(conv.verbatim_text) < INLINE_COUNT_CHARS:
-            return _count(conv, model, tools)
-        return await self.run(_count, conv, model, tools)
+        fixed = conversation.fixed_tokens(conv, model, tools)
+        if len(conv.text) < INLINE_COUNT_CHARS:
+            return count_tokens(conv.text, model), fixed
+        return await self.run(count_tokens, conv.text, model), fixed
 
     async def _compress(
         self,
@@ -129,25 +147,30 @@ class Compressor:
         target: Target,
         settings: MixprSettings,
         control: Control,
-        router_model: str,
+        router: Router | None,
     ) -> Outcome:
         stream_tokens, fixed = counts
         budget = _budget(fixed, target, settings, control)
         route = control.route or settings.router
-        ask = self._asker(asyncio.get_running_loop(), router_model, settings.router_timeout_s)
+        key = await self._route_key(router, conv.text) if route == "auto" and router else None
+        route = (self._cache.get(key) or route) if key else route  # a cached decision is forced
         started = time.perf_counter()
         for _ in range(MAX_ATTEMPTS):
-            result = await self.run(
-                mixpr.compress, conv.text, budget_tokens=budget, route=route,
-                ask_llm=ask if route == "auto" else None, method=settings.method, model=target.model,
-                boundaries=conv.boundaries, original_tokens=stream_tokens,
+            spans, stats = await self.run(
+                compress_job, conv.text, budget_tokens=budget, route=route, method=settings.method,
+                model=target.model, boundaries=conv.boundaries, original_tokens=stream_tokens,
+                router=router if route == "auto" else None,
             )
-            messages = conversation.rebuild(conv, result.spans)
-            final = sum(_count(conversation.split(messages), target.model, tools))
+            if key and stats.get("router") == "llm":
+                self._cache.put(key, stats["route"])
+            messages = conversation.rebuild(conv, spans)
+            rebuilt = conversation.split(messages)
+            final = count_tokens(rebuilt.text, target.model) + conversation.fixed_tokens(
+                rebuilt, target.model, tools)
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
-                return Outcome(messages, "compressed", stream_tokens + fixed, final,
-                               result.stats.get("route"), elapsed)
+                return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
+                               elapsed)
             budget = max(1, int(budget * target.limit / final * SHRINK_MARGIN))
         raise ContextLengthExceeded(
             f"The prompt is {stream_tokens + fixed} tokens and the model accepts {target.window} "
@@ -157,29 +180,56 @@ class Compressor:
             param="messages",
         )
 
-    def _asker(self, loop: asyncio.AbstractEventLoop, model: str, timeout: float) -> Callable[[str], str]:
-        """A sync ``ask_llm`` for the worker thread; errors answer "" so MixPR uses its heuristic."""
-
-        def ask_llm(prompt: str) -> str:
-            key = hashlib.sha256(f"{model}\0{prompt}".encode()).hexdigest()
-            cached = self._cache.get(key)
-            if cached is not None:
-                return cached
-            try:
-                answer = asyncio.run_coroutine_threadsafe(self._router(model, prompt), loop).result(timeout)
-            except Exception as exc:
-                log.warning("router call to %s failed (%s); using the heuristic", model, type(exc).__name__)
-                return ""
-            if parse_route(answer) is not None:
-                self._cache.put(key, answer)
-            return answer
-
-        return ask_llm
+    async def _route_key(self, router: Router, text: str) -> str:
+        # hashlib releases the GIL on large inputs, but encoding 4 MB does not: off the loop if big.
+        if len(text) < INLINE_COUNT_CHARS:
+            return _route_key(router.name, text)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, _route_key, router.name, text)
 
 
-def _count(conv: conversation.Conversation, model: str, tools: Any) -> tuple[int, int]:
-    """(tokens of the compressible stream, tokens of everything else)."""
-    return count_tokens(conv.text, model), conversation.fixed_tokens(conv, model, tools)
+def _route_key(name: str, text: str) -> str:
+    return hashlib.sha256(name.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _make_pool(executor: str, workers: int) -> concurrent.futures.Executor:
+    if executor == "thread":
+        return concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mixpr")
+    # spawn, not fork: the gateway has threads (LiteLLM's, the loop's) that fork would copy mid-state.
+    context = multiprocessing.get_context("spawn")
+    return concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
+
+
+def _warm_up(with_router: bool) -> None:
+    """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
+    count_tokens("warm up", "gpt-4o-mini")
+    count_tokens("warm up", None)
+    if with_router:
+        from gateway import upstream  # noqa: F401  (a 4 s import, better at start than mid-request)
+
+
+def compress_job(
+    text: str, *, budget_tokens: int, route: str, method: str, model: str, boundaries: tuple[int, ...],
+    original_tokens: int, router: Router | None,
+) -> tuple[list[tuple[int, int]], dict[str, Any]]:
+    """One MixPR call, in a worker; picklable arguments in, spans and stats out."""
+    ask = functools.partial(_ask_router, router) if router else None
+    result = mixpr.compress(text, budget_tokens=budget_tokens, route=route, ask_llm=ask, method=method,
+                            model=model, boundaries=boundaries, original_tokens=original_tokens)
+    return result.spans, result.stats
+
+
+def _ask_router(router: Router, prompt: str) -> str:
+    """The router's y/n, asked from the worker; "" on any failure so MixPR uses its heuristic."""
+    from gateway import upstream  # LiteLLM: imported in the worker only when a router is used
+
+    messages = [{"role": "user", "content": prompt}]
+    kwargs = {**router.kwargs, "messages": messages, "timeout": router.timeout}
+    try:
+        return upstream.ask_sync(kwargs)
+    except Exception as exc:
+        log.warning("router call to %s failed (%s); using the heuristic", router.name, type(exc).__name__)
+        return ""
 
 
 def _triggered(total: int, target: Target, settings: MixprSettings, control: Control) -> bool:

@@ -88,6 +88,9 @@ class GeneralSettings(_Strict):
     master_key: str | None = None
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # a 1M-token prompt is about 4 MB
     compression_workers: int = Field(2, ge=1, le=64)
+    # process: MixPR cannot freeze other requests (it holds the GIL for long stretches); thread:
+    # no worker start-up cost, for tests and tiny deployments.
+    compression_executor: Literal["process", "thread"] = "process"
     request_timeout_s: float = Field(600.0, gt=0)  # upstream timeout unless litellm_params sets one
     default_max_input_tokens: int = Field(DEFAULT_MAX_INPUT_TOKENS, ge=1)
     route_cache_size: int = Field(4096, ge=0)
@@ -104,6 +107,10 @@ class GatewayConfig(_Strict):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"model_name must be unique; repeated: {', '.join(duplicates)}")
+        routers = {self.mixpr_settings.router_model} | {m.mixpr.router_model for m in self.model_list}
+        unknown = sorted(r for r in routers - {None} if r not in names)
+        if unknown:
+            raise ValueError(f"router_model must name a model in model_list; unknown: {', '.join(unknown)}")
         return self
 
     def model(self, name: str) -> ModelEntry | None:

@@ -117,9 +117,9 @@ async def _close(stream: Any) -> None:
             pass
 
 
-async def ask(kwargs: dict[str, Any]) -> str:
-    """A short completion's text (the router's y/n), or "" when there is none."""
-    response = await litellm.acompletion(**kwargs)
+def ask_sync(kwargs: dict[str, Any]) -> str:
+    """A short blocking completion's text (the router's y/n, asked from a worker), or ""."""
+    response = litellm.completion(**kwargs)
     return response.choices[0].message.content or ""
 
 

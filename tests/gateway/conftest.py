@@ -81,7 +81,8 @@ def gateway_config(base: str) -> dict[str, Any]:
             model("unreachable", "x", f"http://127.0.0.1:{closed_port()}/v1"),
         ],
         "mixpr_settings": {"router": "heuristic", "budget_tokens": 4000},
-        "general_settings": {"master_key": MASTER_KEY, "max_body_bytes": MAX_BODY_BYTES},
+        "general_settings": {"master_key": MASTER_KEY, "max_body_bytes": MAX_BODY_BYTES,
+                             "compression_workers": 1},
     }
 
 
@@ -100,6 +101,16 @@ def gateway_app(upstream: FakeUpstream) -> Any:
 @pytest.fixture(scope="session")
 def gateway_url(gateway_app: Any) -> Iterator[str]:
     server = ServerThread(gateway_app).start()
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def thread_gateway_url(upstream: FakeUpstream) -> Iterator[str]:
+    """The same gateway with MixPR in threads, so a test can make ``mixpr.compress`` fail."""
+    raw = gateway_config(upstream.base_url)
+    raw["general_settings"]["compression_executor"] = "thread"
+    server = ServerThread(create_app(parse_config(raw))).start()
     yield server.url
     server.stop()
 

@@ -24,7 +24,8 @@ def test_bad_config_exits_with_a_clear_message(tmp_path: Path) -> None:
 
 def test_serves_models_on_the_given_port(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text("model_list:\n  - model_name: local\n    litellm_params: {model: openai/x}\n")
+    config.write_text("model_list:\n  - model_name: local\n    litellm_params: {model: openai/x}\n"
+                      "mixpr_settings: {router: heuristic}\ngeneral_settings: {compression_workers: 1}\n")
     port = closed_port()
     process = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port),
                                 "--log-level", "warning"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -7,7 +7,7 @@ import json
 import httpx
 import openai
 import pytest
-from conftest import SMALL_WINDOW
+from conftest import MASTER_KEY, SMALL_WINDOW
 from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import REPLY_TEXT, FakeUpstream
 
@@ -149,11 +149,12 @@ def _failing_compress(*args: object, **kwargs: object) -> None:
 
 
 def test_compression_failure_forwards_the_original_when_it_fits(
-    client: openai.OpenAI, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+    thread_gateway_url: str, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("gateway.compression.mixpr.compress", _failing_compress)
     upstream.clear()
     messages = [{"role": "user", "content": haystack(60, seed=8) + "\n\n" + QUESTION}]
+    client = openai.OpenAI(base_url=thread_gateway_url + "/v1", api_key=MASTER_KEY, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model="gpt-test", messages=messages, extra_body={"mixpr": {"enabled": True, "budget_tokens": 100}}
     )
@@ -162,12 +163,14 @@ def test_compression_failure_forwards_the_original_when_it_fits(
 
 
 def test_compression_failure_on_a_prompt_that_cannot_fit(
-    http: httpx.Client, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
+    thread_gateway_url: str, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("gateway.compression.mixpr.compress", _failing_compress)
     upstream.clear()
     messages = _long_messages(seed=9)
-    response = http.post("/v1/chat/completions", json={"model": "small", "messages": messages})
+    response = httpx.post(thread_gateway_url + "/v1/chat/completions",
+                          json={"model": "small", "messages": messages},
+                          headers={"Authorization": f"Bearer {MASTER_KEY}"})
     assert response.status_code == 400
     assert response.json() == {"error": {
         "message": f"The prompt is {_prompt_tokens(messages)} tokens but the model accepts 3000 "

@@ -1,0 +1,339 @@
+"""Gateway latency (issue #3): what the gateway adds over calling LiteLLM directly.
+
+Three processes on 127.0.0.1: a canned OpenAI-compatible upstream (tests/gateway/fake_upstream.py),
+the gateway (``python -m gateway``), and this client. Measured:
+
+1. Passthrough overhead at 1 and 32 concurrent clients: a short chat request sent
+   (a) directly to the upstream with ``litellm.acompletion`` (the baseline: using LiteLLM as a library), and
+   (b) to the gateway with a plain aiohttp POST (what an OpenAI client does), which forwards it with LiteLLM.
+   p50/p95/p99 and requests/s for both, and the difference.
+2. A ~1M-token chat request (book-like filler, a needle, a question): end-to-end time through the gateway
+   vs the same request sent directly (the upstream accepts any size), the gateway's own compression time,
+   and whether the needle reached the upstream.
+3. Short-request p50/p99 through the gateway while 1M-token requests are being compressed back to back.
+
+    .venv/bin/python -m bench.gateway_latency                    # full run, about a minute
+    .venv/bin/python -m bench.gateway_latency --quick            # fewer requests, smaller big prompt
+    .venv/bin/python -m bench.gateway_latency --json out/gateway_latency.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import aiohttp  # noqa: E402
+import litellm  # noqa: E402
+
+litellm.suppress_debug_info = True
+
+SHORT = [{"role": "user", "content": "Say hello in one word."}]
+SENTENCES = [
+    "The old mill stood at the bend of the river, its wheel turning slowly in the brown water.",
+    "Margaret walked along the hedgerow each morning, counting the sparrows that scattered before her.",
+    "In the village the baker rose before dawn, and the smell of bread drifted over the square.",
+    "Rain had fallen for three days, and the lanes were deep with mud and fallen leaves.",
+    "The schoolmaster kept a ledger of every child who had ever sat in his narrow classroom.",
+    "Beyond the church the hills rolled away toward the sea, grey-green under a heavy sky.",
+    "Her brother wrote letters from the city, full of theatres, omnibuses and crowded streets.",
+    "At the inn the travellers argued about the price of wool and the state of the roads.",
+    "The vicar's garden was famous for its roses, though he claimed no skill in growing them.",
+    "When the harvest came the whole parish worked in the fields until the light was gone.",
+    "A carriage passed the gate at noon, its wheels throwing up a fine white dust.",
+    "She read by candlelight long after the house had gone quiet and the fire had burned low.",
+]
+NEEDLE = "The secret code for opening the lighthouse vault is amber-falcon-427."
+QUESTION = "What is the secret code for opening the lighthouse vault? Answer with the code only."
+UPSTREAM_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from fake_upstream import FakeUpstream
+up = FakeUpstream().start()
+print(up.port, flush=True)
+while True:
+    time.sleep(3600)
+"""
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_upstream() -> tuple[subprocess.Popen, str]:
+    script = UPSTREAM_SCRIPT.format(tests=str(ROOT / "tests" / "gateway"))
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    port = int(proc.stdout.readline())
+    return proc, f"http://127.0.0.1:{port}/v1"
+
+
+def write_config(folder: Path, upstream: str, window: int) -> Path:
+    config = folder / "config.yaml"
+    config.write_text(json.dumps({  # JSON is YAML
+        "model_list": [
+            {"model_name": "echo", "litellm_params": {"model": "openai/echo", "api_base": upstream, "api_key": "k"}},
+            {"model_name": "big", "litellm_params": {"model": "openai/big", "api_base": upstream, "api_key": "k"},
+             "model_info": {"max_input_tokens": window}},
+        ],
+        "mixpr_settings": {"budget_tokens": 4000, "router": "auto"},
+        "general_settings": {"max_body_bytes": 64 * 1024 * 1024},
+    }))
+    return config
+
+
+def start_gateway(config: Path, port: int) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port), "--log-level", "warning"]
+    proc = subprocess.Popen(argv, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("gateway did not start")
+
+
+# -- load -----------------------------------------------------------------------------------------
+
+
+async def run_load(call: Callable[[], Awaitable[None]], total: int, concurrency: int) -> dict[str, float]:
+    """``total`` calls from ``concurrency`` workers; latency percentiles in ms and requests/s."""
+    latencies: list[float] = []
+    remaining = iter(range(total))
+
+    async def worker() -> None:
+        for _ in remaining:
+            started = time.perf_counter()
+            await call()
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    began = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - began
+    return summarize(latencies) | {"rps": total / elapsed}
+
+
+def summarize(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+    return {"n": len(ordered), "p50": pct(50), "p95": pct(95), "p99": pct(99), "mean": statistics.fmean(ordered)}
+
+
+def direct_call(upstream: str, messages: list[dict]) -> Callable[[], Awaitable[Any]]:
+    async def call() -> Any:
+        return await litellm.acompletion(model="openai/echo", api_base=upstream, api_key="k",
+                                         messages=messages, max_retries=0)
+
+    return call
+
+
+def gateway_call(session: aiohttp.ClientSession, url: str, model: str,
+                 messages: list[dict]) -> Callable[[], Awaitable[dict]]:
+    payload = json.dumps({"model": model, "messages": messages}).encode()
+    headers = {"content-type": "application/json"}
+
+    async def call() -> dict:
+        async with session.post(url + "/v1/chat/completions", data=payload, headers=headers) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"gateway answered {response.status}: {body[:300]!r}")
+            return {"headers": dict(response.headers), "body": body}
+
+    return call
+
+
+async def passthrough(upstream: str, gateway: str, session: aiohttp.ClientSession, total: int,
+                      concurrency: int) -> dict[str, Any]:
+    direct, via = direct_call(upstream, SHORT), gateway_call(session, gateway, "echo", SHORT)
+    await run_load(direct, 100, concurrency)  # warm both paths: connection pools, lazy imports
+    await run_load(via, 100, concurrency)
+    # Interleave rounds so that machine noise hits both sides alike.
+    rounds = {"direct": [], "gateway": []}
+    for _ in range(4):
+        rounds["direct"].append(await run_load(direct, total // 4, concurrency))
+        rounds["gateway"].append(await run_load(via, total // 4, concurrency))
+    merged = {side: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for side, rs in rounds.items()}
+    merged["added"] = {k: merged["gateway"][k] - merged["direct"][k] for k in ("p50", "p95", "p99")}
+    return merged
+
+
+# -- the 1M-token request --------------------------------------------------------------------------
+
+
+def big_prompt(tokens: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    n_paragraphs = tokens // 115  # ~19 tokens a sentence, 6 sentences a paragraph
+    paragraphs = [" ".join(rng.choice(SENTENCES) for _ in range(6)) for _ in range(n_paragraphs)]
+    paragraphs.insert(int(n_paragraphs * 0.37), NEEDLE)
+    return [{"role": "system", "content": "Answer from the document."},
+            {"role": "user", "content": "\n\n".join(paragraphs) + "\n\n" + QUESTION}]
+
+
+async def big_request(upstream: str, gateway: str, session: aiohttp.ClientSession, tokens: int,
+                      repeats: int) -> dict[str, Any]:
+    messages = big_prompt(tokens)
+    via = gateway_call(session, gateway, "big", messages)
+    direct = direct_call(upstream, messages)
+    first = await via()  # includes the router call, whose answer is then cached
+    direct_ms, gateway_ms, compress_ms = [], [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        await direct()
+        direct_ms.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        result = await via()
+        gateway_ms.append((time.perf_counter() - started) * 1000)
+        compress_ms.append(float(result["headers"]["x-mixpr-compress-ms"]))
+    headers = first["headers"]
+    return {
+        "original_tokens": int(headers["x-mixpr-original-tokens"]),
+        "compressed_tokens": int(headers["x-mixpr-compressed-tokens"]),
+        "action": headers["x-mixpr-action"], "route": headers["x-mixpr-route"],
+        "body_mb": len(json.dumps(messages)) / 1e6,
+        "direct_ms": statistics.median(direct_ms), "gateway_ms": statistics.median(gateway_ms),
+        "added_ms": statistics.median(gateway_ms) - statistics.median(direct_ms),
+        "added_ms_max": max(g - d for g, d in zip(gateway_ms, direct_ms, strict=True)),
+        "compress_ms": statistics.median(compress_ms),
+    }
+
+
+async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tokens: int, big_count: int,
+                               concurrency: int) -> dict[str, Any]:
+    """Short requests' latency while ``big_count`` big requests are compressed one after another."""
+    short = gateway_call(session, gateway, "echo", SHORT)
+    big = gateway_call(session, gateway, "big", big_prompt(tokens, seed=1))
+    await big()  # the router answer for this prompt is now cached, as in steady state
+    latencies: list[float] = []
+    done = asyncio.Event()
+
+    async def shorts() -> None:
+        while not done.is_set():
+            started = time.perf_counter()
+            await short()
+            latencies.append((time.perf_counter() - started) * 1000)
+
+    async def bigs() -> float:
+        started = time.perf_counter()
+        for _ in range(big_count):
+            await big()
+        done.set()
+        return time.perf_counter() - started
+
+    workers = [asyncio.create_task(shorts()) for _ in range(concurrency)]
+    busy_s = await bigs()
+    await asyncio.gather(*workers)
+    return summarize(latencies) | {"busy_s": busy_s, "big_requests": big_count}
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    upstream_proc, upstream = start_upstream()
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        gateway_proc = start_gateway(write_config(Path(folder), upstream, window=128_000), port)
+        gateway = f"http://127.0.0.1:{port}"
+        connector = aiohttp.TCPConnector(limit=64)
+        try:
+            async with aiohttp.ClientSession(connector=connector) as session:
+                results: dict[str, Any] = {"machine": machine()}
+                for concurrency in (1, 32):
+                    total = args.requests if concurrency == 1 else args.requests * 3
+                    results[f"passthrough_c{concurrency}"] = await passthrough(upstream, gateway, session,
+                                                                               total, concurrency)
+                    print_passthrough(concurrency, results[f"passthrough_c{concurrency}"])
+                results["big"] = await big_request(upstream, gateway, session, args.big_tokens, args.repeats)
+                print_big(results["big"])
+                results["short_during_big"] = await short_under_big_load(gateway, session, args.big_tokens,
+                                                                         args.repeats, args.short_clients)
+                results["short_idle"] = await run_load(gateway_call(session, gateway, "echo", SHORT),
+                                                       400, args.short_clients)
+                print_short(results["short_during_big"], results["short_idle"], args.short_clients)
+        finally:
+            gateway_proc.terminate()
+            gateway_proc.wait(10)
+            upstream_proc.kill()
+            upstream_proc.wait(10)
+    return results
+
+
+def machine() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+            "litellm": getattr(litellm, "__version__", None) or _version("litellm")}
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
+def print_passthrough(concurrency: int, r: dict[str, Any]) -> None:
+    print(f"\npassthrough, {concurrency} concurrent client(s), {int(r['direct']['n']) * 4} requests per side")
+    print(f"  {'':10} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}")
+    for side in ("direct", "gateway"):
+        s = r[side]
+        print(f"  {side:10} {s['p50']:8.2f} {s['p95']:8.2f} {s['p99']:8.2f} {s['rps']:8.0f}")
+    a = r["added"]
+    print(f"  {'added':10} {a['p50']:8.2f} {a['p95']:8.2f} {a['p99']:8.2f}")
+
+
+def print_big(r: dict[str, Any]) -> None:
+    print(f"\nbig request: {r['original_tokens']:,} tokens ({r['body_mb']:.1f} MB) -> {r['compressed_tokens']:,} "
+          f"tokens, {r['action']}, route {r['route']}")
+    print(f"  direct (whole prompt to upstream) {r['direct_ms']:.0f} ms; through gateway {r['gateway_ms']:.0f} ms; "
+          f"added {r['added_ms']:.0f} ms (worst {r['added_ms_max']:.0f} ms); compression {r['compress_ms']:.0f} ms")
+
+
+def print_short(busy: dict[str, Any], idle: dict[str, Any], clients: int) -> None:
+    print(f"\nshort requests through the gateway, {clients} clients")
+    print(f"  idle:                    p50 {idle['p50']:.1f} ms  p99 {idle['p99']:.1f} ms  (n={idle['n']})")
+    print(f"  during {busy['big_requests']} big requests ({busy['busy_s']:.1f} s): p50 {busy['p50']:.1f} ms  "
+          f"p99 {busy['p99']:.1f} ms  (n={busy['n']})")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=1000, help="requests per side at 1 client (x3 at 32)")
+    parser.add_argument("--big-tokens", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=3, help="big requests timed (and run during the short load)")
+    parser.add_argument("--short-clients", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="200 requests, a 200k-token big prompt")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.requests, args.big_tokens, args.repeats = 200, 200_000, 2
+    results = asyncio.run(main_async(args))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
