@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,9 +63,17 @@ def compress(
     """
     _validate(budget_tokens, top_k, route, method)
     clock = _Clock()
-    chunks = clock.run("chunk", chunk_text, text, boundaries=boundaries)
-    if original_tokens is None:
-        original_tokens = clock.run("count", count_tokens, text, model)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # tiktoken releases the GIL: when the caller has no count, make it on the
+        # other core while this one chunks and embeds.
+        counting = pool.submit(count_tokens, text, model) if original_tokens is None else None
+        chunks = clock.run("chunk", chunk_text, text, boundaries=boundaries)
+        may_compress = counting is not None or top_k is not None or original_tokens > budget_tokens
+        E = None
+        if may_compress and method != "middle-out" and len(chunks):
+            E = clock.run("embed", embed, chunks.texts())
+        if counting is not None:
+            original_tokens = clock.run("count", counting.result)
     stats = {"method": method, "original_tokens": original_tokens, "original_chunks": len(chunks)}
     if top_k is None and original_tokens <= budget_tokens:  # it already fits: hand it back untouched
         stats.update(route=None, router=None, alpha=None, kept_tokens=original_tokens)
@@ -76,7 +85,7 @@ def compress(
     p = selection.query_weights(chunks.words)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
-    scores = _score(chunks, p, method, route, ask_llm, clock, stats, kept_chunks)
+    scores = _score(chunks, E, p, method, route, ask_llm, clock, stats, kept_chunks)
     keep, kept_text, kept_tokens = clock.run(
         "select", _select, chunks, scores, p, budget_tokens, top_k, model, tokens_per_char
     )
@@ -97,11 +106,10 @@ def _validate(budget_tokens, top_k, route, method) -> None:
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
 
 
-def _score(chunks: Chunks, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
+def _score(chunks: Chunks, E, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
     if method == "middle-out":
         stats.update(route=None, router=None, alpha=None)
         return clock.run("rank", baselines.middle_out_scores, len(chunks))
-    E = clock.run("embed", embed, chunks.texts())
     if method == "rag-sparse":
         stats.update(route=None, router=None, alpha=None)
         return clock.run("rank", baselines.rag_sparse_scores, E, p)

@@ -64,31 +64,28 @@ def chunk_text(
     the rest of the pipeline on a 1M-token text.
     """
     layout = _Layout(text)
-    cuts = np.array(sorted({0, len(text), *(m.end() for m in _SENTENCE_END.finditer(text))}), np.int64)
-    cuts = np.union1d(cuts, [b for b in boundaries if 0 < b < len(text)]).astype(np.int64)
-    cuts = np.union1d(cuts, _cuts_inside_long(cuts, layout.newline_ends, layout, max_words, max_chars))
-    cuts = np.union1d(cuts, _word_run_cuts(cuts, layout, max_words))
-    cuts = np.union1d(cuts, _char_run_cuts(cuts, max_chars))
+    sentence_ends = [m.end() for m in _SENTENCE_END.finditer(text)]
+    cuts = _merge([0, len(text)], sentence_ends, [b for b in boundaries if 0 < b < len(text)])
+    cuts = _merge(cuts, _cuts_inside_long(cuts, layout.newline_ends, layout, max_words, max_chars))
+    cuts = _merge(cuts, _word_run_cuts(cuts, layout, max_words))
+    cuts = _merge(cuts, _char_run_cuts(cuts, max_chars))
     starts, ends = cuts[:-1], cuts[1:]
-    keep = layout.visible_between(starts, ends) > 0  # whitespace-only pieces hold nothing to retrieve
-    starts, ends = starts[keep], ends[keep]
-    return Chunks(text, starts, ends, layout.words_between(starts, ends))
+    words = layout.words_between(starts, ends)
+    keep = words > 0  # whitespace-only pieces hold nothing to retrieve
+    return Chunks(text, starts[keep], ends[keep], words[keep])
 
 
 class _Layout:
-    """Where words and line ends are, as arrays over the text's code points."""
+    """Where words start and lines end, as sorted offsets: counting is a binary search."""
 
     def __init__(self, text: str) -> None:
-        codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-        self.visible = ~np.isin(codes, _SPACE_CODES)
-        starts_word = self.visible.copy()
-        starts_word[1:] &= ~self.visible[:-1]
-        self.starts_word = starts_word
-        self.word_starts = np.flatnonzero(starts_word)
+        codes = _code_points(text)
+        # ASCII codes index the table directly; others are clipped to its last (non-space) entry.
+        self.visible = ~_SPACE_TABLE[codes if codes.dtype == np.uint8 else np.minimum(codes, 0x3001)]
+        self.starts_word = self.visible.copy()
+        self.starts_word[1:] &= ~self.visible[:-1]
+        self.word_starts = np.flatnonzero(self.starts_word)
         self.newline_ends = np.flatnonzero(codes == 10) + 1
-        # words_before[i] / visible_before[i]: word starts / non-space code points before offset i.
-        self.words_before = _prefix_counts(starts_word)
-        self.visible_before = _prefix_counts(self.visible)
 
     def words_between(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Words in each span; a span that starts inside a word counts that word too."""
@@ -96,18 +93,30 @@ class _Layout:
         nonempty = starts < ends
         at = starts[nonempty]
         inside[nonempty] = self.visible[at] & ~self.starts_word[at]
-        return self.words_before[ends] - self.words_before[starts] + inside
+        return self.word_index(ends) - self.word_index(starts) + inside
 
-    def visible_between(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        return self.visible_before[ends] - self.visible_before[starts]
-
-
-def _prefix_counts(mask: np.ndarray) -> np.ndarray:
-    return np.concatenate(([0], np.cumsum(mask, dtype=np.int64)))
+    def word_index(self, offsets: np.ndarray) -> np.ndarray:
+        """How many words start before each offset."""
+        return np.searchsorted(self.word_starts, offsets)
 
 
-# Every code point for which str.isspace() is true, so counts match str.split().
-_SPACE_CODES = np.array([c for c in range(0x3001) if chr(c).isspace()], dtype=np.uint32)
+def _merge(*offsets) -> np.ndarray:
+    """Sorted, distinct union of offset lists. Each input is sorted, and a stable
+    sort (timsort) merges sorted runs in linear time, unlike np.union1d's quicksort."""
+    merged = np.concatenate([np.asarray(o, dtype=np.int64) for o in offsets])
+    merged.sort(kind="stable")
+    return merged[np.concatenate(([True], merged[1:] != merged[:-1]))] if len(merged) else merged
+
+
+def _code_points(text: str) -> np.ndarray:
+    """One array element per character; one byte each for ASCII text (4x less memory)."""
+    if text.isascii():
+        return np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+    return np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+
+
+# True for every code point str.isspace() accepts (all are below U+3001), so counts match str.split().
+_SPACE_TABLE = np.array([chr(c).isspace() for c in range(0x3002)], dtype=bool)
 
 
 def _long(cuts: np.ndarray, layout: _Layout, max_words: int, max_chars: int) -> np.ndarray:
@@ -134,7 +143,7 @@ def _word_run_cuts(cuts: np.ndarray, layout: _Layout, max_words: int) -> np.ndar
     per_piece = runs[pieces] - 1
     piece = np.repeat(pieces, per_piece)
     step = np.arange(per_piece.sum()) - np.repeat(np.cumsum(per_piece) - per_piece, per_piece) + 1
-    first_word = layout.words_before[cuts[piece]]
+    first_word = layout.word_index(cuts[piece])
     offset = np.floor(step * words[piece] / runs[piece] + 0.5).astype(np.int64)
     return layout.word_starts[first_word + offset]
 

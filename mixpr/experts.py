@@ -32,6 +32,9 @@ FREQUENT_SHARE = 0.01
 FREQUENT_MIN_CHUNKS = 20  # short texts: a word in 20 chunks can still be specific
 MIN_CANDIDATES = 1000
 CANDIDATES_PER_KEPT_CHUNK = 4
+# Stop words in all but name: a word in over 10% of the candidates adds < 0.01 to any
+# similarity yet makes the explicit product quadratic, so the pruned graph skips it.
+STOP_WORD_SHARE = 0.1
 
 
 def global_scores(E: sp.csr_matrix, p: np.ndarray) -> np.ndarray:
@@ -45,7 +48,7 @@ def local_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np
     count = max(MIN_CANDIDATES, CANDIDATES_PER_KEPT_CHUNK * kept_chunks)
     picked = np.union1d(_best(coarse, count), _best(similar, count))
     picked = np.union1d(picked, np.flatnonzero(p))
-    fine = pagerank.pruned(E[picked], p[picked], LOCAL_ALPHA)
+    fine = pagerank.pruned(without_frequent_words(E[picked], share=STOP_WORD_SHARE), p[picked], LOCAL_ALPHA)
     # Chunks the pruned graph reaches come first, in its order (scores above 1);
     # all others follow in the coarse order (scores in [0, 1]).
     scores = coarse / (coarse.max() or 1.0)
@@ -54,9 +57,12 @@ def local_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np
     return scores
 
 
-def without_frequent_words(E: sp.csr_matrix) -> sp.csr_matrix:
+def without_frequent_words(
+    E: sp.csr_matrix, *, share: float = FREQUENT_SHARE, at_least: int = FREQUENT_MIN_CHUNKS
+) -> sp.csr_matrix:
+    """E without the columns of words found in more than ``share`` of the rows (rows keep their norm)."""
     chunks_with_word = np.bincount(E.indices, minlength=E.shape[1])
-    limit = max(FREQUENT_MIN_CHUNKS, FREQUENT_SHARE * E.shape[0])
+    limit = max(at_least, share * E.shape[0])
     return E[:, np.flatnonzero(chunks_with_word <= limit)].tocsr()
 
 

@@ -37,8 +37,11 @@ def degrees(E: sp.csr_matrix) -> np.ndarray:
 
 def factorised(E: sp.csr_matrix, p: np.ndarray, alpha: float, **options) -> np.ndarray:
     """PPR on M = E Eᵀ without building M."""
+    d = degrees(E)
+    if alpha == 0 and d.sum() > 0:
+        return d / d.sum()  # the fixed point itself (see above): no iteration needed
     Et = E.T.tocsr()
-    return _iterate(lambda y: E @ (Et @ y), degrees(E), p, alpha, **options)
+    return _iterate(lambda y: E @ (Et @ y), d, p, alpha, **options)
 
 
 def pruned(
