@@ -49,6 +49,7 @@ STOP_GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.2
 _TAIL_LINES = 40
 _OWN_KEYS = frozenset({"kind", "model_path", "port", "startup_timeout"})
+_FIXED_OPTIONS = frozenset({"host", "model"})  # set by the gateway itself
 
 # Runs the server module like ``python -m``, after asking Linux to send the child
 # SIGTERM when the gateway dies, so a killed gateway never leaves a server holding
@@ -126,7 +127,15 @@ class ManagedServer:
         self.model_path: str = settings["model_path"]
         self.port: int = port
         self.startup_timeout: float = float(timeout)
-        self.options: dict[str, Any] = {k: v for k, v in settings.items() if k not in _OWN_KEYS}
+        fixed = sorted(_FIXED_OPTIONS & settings.keys())
+        if fixed:
+            raise ManagedServerError(
+                f"managed_server.{fixed[0]} cannot be set: the server always listens on {HOST} "
+                f"and loads model_path"
+            )
+        self.options: dict[str, Any] = {
+            k: v for k, v in settings.items() if k not in _OWN_KEYS and v is not None
+        }
         self._process: asyncio.subprocess.Process | None = None
         self._drain: asyncio.Task[None] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)

@@ -96,7 +96,7 @@ def settings(model_file: Path, **extra: object) -> dict[str, object]:
 
 
 async def test_start_waits_until_models_answers_then_stop_frees_the_port(fake_llama, model_file):
-    server = ManagedServer(settings(model_file, n_ctx=8192, verbose=False))
+    server = ManagedServer(settings(model_file, n_ctx=8192, verbose=False, n_threads=None))
     assert not server.ready
     await server.start()
     try:
@@ -231,6 +231,8 @@ def test_a_missing_model_file_fails_before_launching(tmp_path):
         ({"port": "4001"}, "port must be an integer"),
         ({"port": 70000}, "port must be an integer"),
         ({"startup_timeout": 0}, "startup_timeout must be > 0"),
+        ({"host": "0.0.0.0"}, "host cannot be set: the server always listens on 127.0.0.1"),
+        ({"model": "other.gguf"}, "model cannot be set"),
     ],
 )
 def test_bad_settings_are_rejected_with_a_clear_message(bad, message):
