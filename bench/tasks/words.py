@@ -43,14 +43,16 @@ def common_word_pool(n: int, rng: random.Random) -> list[str]:
     """n distinct words for cwe, drawn from the books' vocabulary.
 
     RULER falls back to a big English list when wonderwords runs out; our books hold ~27k distinct words,
-    so past that we add hyphenated pairs of book words (a 1M-token cwe list needs ~70k words).
+    so past that we add compounds of two book words (a 1M-token cwe list needs ~70k words). They are
+    written closed ("riverstone"), not hyphenated: a hyphen would split them back into book words that
+    recur across many compounds, so every word would no longer be either common (x30) or rare (x3).
     """
     vocab = list(book_vocabulary())
     if n <= len(vocab):
         return rng.sample(vocab, n)
     words = set(vocab)
     while len(words) < n:
-        words.add(f"{rng.choice(vocab)}-{rng.choice(vocab)}")
+        words.add(f"{rng.choice(vocab)}{rng.choice(vocab)}")
     out = sorted(words)
     rng.shuffle(out)
     return out
