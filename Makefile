@@ -3,7 +3,8 @@
 #   make test   isolated .venv + test tools + embedded model, then ruff and pytest
 # Both are idempotent: pip runs again only when pyproject.toml (or this file) changed.
 
-PYTHON ?= python3
+# python3.11 if it is on PATH (what the project is tested with), else python3 (3.11+ is checked).
+PYTHON ?= $(or $(shell command -v python3.11 2>/dev/null),python3)
 VENV   ?= .venv
 HOST   ?= 127.0.0.1
 PORT   ?= 4000
