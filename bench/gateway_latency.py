@@ -25,12 +25,12 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,8 @@ while True:
 
 
 def free_port() -> int:
+    import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -88,11 +90,14 @@ def start_upstream() -> tuple[subprocess.Popen, str]:
 
 
 def write_config(folder: Path, upstream: str, window: int) -> Path:
+    def params(name: str) -> dict[str, str]:
+        return {"model": f"openai/{name}", "api_base": upstream, "api_key": "k"}
+
     config = folder / "config.yaml"
     config.write_text(json.dumps({  # JSON is YAML
         "model_list": [
-            {"model_name": "echo", "litellm_params": {"model": "openai/echo", "api_base": upstream, "api_key": "k"}},
-            {"model_name": "big", "litellm_params": {"model": "openai/big", "api_base": upstream, "api_key": "k"},
+            {"model_name": "echo", "litellm_params": params("echo")},
+            {"model_name": "big", "litellm_params": params("big"),
              "model_info": {"max_input_tokens": window}},
         ],
         "mixpr_settings": {"budget_tokens": 4000, "router": "auto"},
@@ -101,16 +106,18 @@ def write_config(folder: Path, upstream: str, window: int) -> Path:
     return config
 
 
-def start_gateway(config: Path, port: int) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port), "--log-level", "warning"]
+def start_gateway(config: Path, port: int, workers: int) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port),
+            "--log-level", "warning", "--workers", str(workers)]
     proc = subprocess.Popen(argv, cwd=ROOT)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/readiness", timeout=1) as answer:
+                if answer.status == 200:
+                    return proc
         except OSError:
-            time.sleep(0.1)
+            time.sleep(0.2)
     proc.kill()
     raise RuntimeError("gateway did not start")
 
@@ -141,7 +148,8 @@ def summarize(latencies: list[float]) -> dict[str, float]:
     def pct(p: float) -> float:
         return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
-    return {"n": len(ordered), "p50": pct(50), "p95": pct(95), "p99": pct(99), "mean": statistics.fmean(ordered)}
+    return {"n": len(ordered), "p50": pct(50), "p95": pct(95), "p99": pct(99),
+            "mean": statistics.fmean(ordered)}
 
 
 def direct_call(upstream: str, messages: list[dict]) -> Callable[[], Awaitable[Any]]:
@@ -257,12 +265,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     upstream_proc, upstream = start_upstream()
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
-        gateway_proc = start_gateway(write_config(Path(folder), upstream, window=128_000), port)
+        config = write_config(Path(folder), upstream, window=128_000)
+        gateway_proc = start_gateway(config, port, args.gateway_workers)
         gateway = f"http://127.0.0.1:{port}"
         connector = aiohttp.TCPConnector(limit=64)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
-                results: dict[str, Any] = {"machine": machine()}
+                results: dict[str, Any] = {"machine": machine(), "gateway_workers": args.gateway_workers,
+                                           "uvloop": _has("uvloop"), "httptools": _has("httptools")}
                 for concurrency in (1, 32):
                     total = args.requests if concurrency == 1 else args.requests * 3
                     results[f"passthrough_c{concurrency}"] = await passthrough(upstream, gateway, session,
@@ -288,6 +298,12 @@ def machine() -> dict[str, Any]:
             "litellm": getattr(litellm, "__version__", None) or _version("litellm")}
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def _version(name: str) -> str:
     from importlib.metadata import version
 
@@ -305,10 +321,11 @@ def print_passthrough(concurrency: int, r: dict[str, Any]) -> None:
 
 
 def print_big(r: dict[str, Any]) -> None:
-    print(f"\nbig request: {r['original_tokens']:,} tokens ({r['body_mb']:.1f} MB) -> {r['compressed_tokens']:,} "
-          f"tokens, {r['action']}, route {r['route']}")
-    print(f"  direct (whole prompt to upstream) {r['direct_ms']:.0f} ms; through gateway {r['gateway_ms']:.0f} ms; "
-          f"added {r['added_ms']:.0f} ms (worst {r['added_ms_max']:.0f} ms); compression {r['compress_ms']:.0f} ms")
+    print(f"\nbig request: {r['original_tokens']:,} tokens ({r['body_mb']:.1f} MB) -> "
+          f"{r['compressed_tokens']:,} tokens, {r['action']}, route {r['route']}")
+    print(f"  direct (whole prompt to upstream) {r['direct_ms']:.0f} ms; through gateway "
+          f"{r['gateway_ms']:.0f} ms; added {r['added_ms']:.0f} ms (worst {r['added_ms_max']:.0f} ms); "
+          f"compression {r['compress_ms']:.0f} ms")
 
 
 def print_short(busy: dict[str, Any], idle: dict[str, Any], clients: int) -> None:
@@ -319,11 +336,13 @@ def print_short(busy: dict[str, Any], idle: dict[str, Any], clients: int) -> Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--requests", type=int, default=1000, help="requests per side at 1 client (x3 at 32)")
     parser.add_argument("--big-tokens", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=3, help="big requests timed (and run during the short load)")
-    parser.add_argument("--short-clients", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3, help="big requests timed (and under load)")
+    parser.add_argument("--short-clients", type=int, default=2, help="clients sending short requests")
+    parser.add_argument("--gateway-workers", type=int, default=1, help="the gateway's --workers")
     parser.add_argument("--quick", action="store_true", help="200 requests, a 200k-token big prompt")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)

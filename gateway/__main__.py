@@ -19,6 +19,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--host", default=os.environ.get("MIXPR_HOST", "127.0.0.1"),
                         help="address to bind (default 127.0.0.1; use 0.0.0.0 in a container)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("MIXPR_PORT", "4000")))
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("MIXPR_WORKERS", "1")),
+                        help="server processes (default 1); each has its own MixPR pool and router cache")
     parser.add_argument("--log-level", default=os.environ.get("MIXPR_LOG_LEVEL", "info"),
                         choices=["critical", "error", "warning", "info", "debug"])
     return parser.parse_args(argv)
@@ -32,14 +34,23 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"mixpr-gateway: {exc}", file=sys.stderr)
         return 2
+    if args.workers > 1 and any(m.managed_server for m in config.model_list):
+        print("mixpr-gateway: --workers > 1 cannot be used with a managed_server model "
+              "(every worker would start it on the same port)", file=sys.stderr)
+        return 2
     import uvicorn
 
     from gateway.app import create_app
 
-    # One process per instance: scale out with more instances behind a load balancer (the
-    # gateway keeps no state that must be shared), not uvicorn workers.
-    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=False)
+    # The access log would be the only per-request line with client details; ours has no text.
+    options = {"host": args.host, "port": args.port, "log_level": args.log_level, "access_log": False}
+    if args.workers == 1:
+        uvicorn.run(create_app(config), **options)
+        return 0
+    # Several processes use every core for the HTTP and LiteLLM work; they share no state, so
+    # this is the same as several instances behind a load balancer, on one port.
+    os.environ["MIXPR_CONFIG"] = os.path.abspath(args.config)
+    uvicorn.run("gateway.app:app_from_env", factory=True, workers=args.workers, **options)
     return 0
 
 

@@ -109,6 +109,15 @@ def create_app(config: GatewayConfig) -> FastAPI:
     return app
 
 
+def app_from_env() -> FastAPI:
+    """The app for the config file named by ``MIXPR_CONFIG`` (how uvicorn workers build it)."""
+    import os
+
+    from gateway.config import load_config
+
+    return create_app(load_config(os.environ.get("MIXPR_CONFIG", "config.yaml")))
+
+
 def _state(request: Request) -> GatewayState:
     return request.app.state.gateway
 
