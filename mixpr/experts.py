@@ -11,8 +11,8 @@ explicit graph, which is quadratic. We get the same effect in two linear steps:
    little about which chunk to follow), which finds the multi-hop
    neighbourhood, plus the chunks most similar to the query over all words
    (a query word can be frequent, e.g. the object every bAbI fact moves);
-2. PPR on the explicit graph of the candidates, pruned at 0.27 as in the
-   paper, which orders that neighbourhood as the paper's graph would. Chunks
+2. PPR on the explicit graph of the candidates, pruned as in the paper
+   (``pagerank.PRUNE_BELOW``), which orders that neighbourhood as the paper's graph would. Chunks
    it cannot reach follow in step-1 order.
 
 Global (α = 0): plain PageRank on the full graph, i.e. structural importance.
@@ -49,9 +49,10 @@ def local_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np
     picked = np.union1d(_best(coarse, count), _best(similar, count))
     picked = np.union1d(picked, np.flatnonzero(p))
     fine = pagerank.pruned(without_frequent_words(E[picked], share=STOP_WORD_SHARE), p[picked], LOCAL_ALPHA)
-    # Chunks the pruned graph reaches come first, in its order (scores above 1);
-    # all others follow in the coarse order (scores in [0, 1]).
-    scores = coarse / (coarse.max() or 1.0)
+    # Chunks the pruned graph reaches come first, in its order (scores above 1); all
+    # others follow by the better of their two step-1 scores (in [0, 1]), so a fact
+    # that shares a single word with a short query still ranks high.
+    scores = np.maximum(coarse / (coarse.max() or 1.0), similar / (similar.max() or 1.0))
     reached = fine > 0
     scores[picked[reached]] = 1.0 + fine[reached] / fine.max()
     return scores
