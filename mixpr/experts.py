@@ -12,8 +12,8 @@ explicit graph, which is quadratic. We get the same effect in two linear steps:
    neighbourhood, plus the chunks most similar to the query over all words
    (a query word can be frequent, e.g. the object every bAbI fact moves);
 2. PPR on the explicit graph of the candidates, pruned as in the paper
-   (``pagerank.PRUNE_BELOW``), which orders that neighbourhood as the paper's graph would. Chunks
-   it cannot reach follow in step-1 order.
+   (``pagerank.PRUNE_BELOW``), which orders that neighbourhood as the paper's
+   graph would. Chunks it cannot reach follow by their better step-1 score.
 
 Global (α = 0): plain PageRank on the full graph, i.e. structural importance.
 Here the frequent words are the signal, so nothing is removed.
