@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,17 +62,9 @@ def compress(
     """
     _validate(budget_tokens, top_k, route, method)
     clock = _Clock()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # tiktoken releases the GIL: when the caller has no count, make it on the
-        # other core while this one chunks and embeds.
-        counting = pool.submit(count_tokens, text, model) if original_tokens is None else None
-        chunks = clock.run("chunk", chunk_text, text, boundaries=boundaries)
-        may_compress = counting is not None or top_k is not None or original_tokens > budget_tokens
-        E = None
-        if may_compress and method != "middle-out" and len(chunks):
-            E = clock.run("embed", embed, chunks.texts())
-        if counting is not None:
-            original_tokens = clock.run("count", counting.result)
+    chunks = clock.run("chunk", chunk_text, text, boundaries=boundaries)
+    if original_tokens is None:
+        original_tokens = clock.run("count", count_tokens, text, model)
     stats = {"method": method, "original_tokens": original_tokens, "original_chunks": len(chunks)}
     if top_k is None and original_tokens <= budget_tokens:  # it already fits: hand it back untouched
         stats.update(route=None, router=None, alpha=None, kept_tokens=original_tokens)
@@ -82,6 +73,7 @@ def compress(
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
+    E = clock.run("embed", embed, chunks.texts()) if method != "middle-out" else None
     p = selection.query_weights(chunks.words)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
