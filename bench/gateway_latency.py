@@ -11,10 +11,14 @@ the gateway (``python -m gateway``), and this client. Measured:
    vs the same request sent directly (the upstream accepts any size), the gateway's own compression time,
    and whether the needle reached the upstream.
 3. Short-request p50/p99 through the gateway while 1M-token requests are being compressed back to back.
+4. Recall through the gateway vs the library: ``bench.tasks`` samples (32k tokens) sent as one user message
+   with the oracle route; the text that reaches the upstream must equal what ``mixpr.compress`` keeps
+   (rebuilt the gateway's way), so the recall is the same. Needs ``../shared/data`` (see bench/README.md).
 
     .venv/bin/python -m bench.gateway_latency                    # full run, about a minute
     .venv/bin/python -m bench.gateway_latency --quick            # fewer requests, smaller big prompt
     .venv/bin/python -m bench.gateway_latency --json out/gateway_latency.json
+    .venv/bin/python -m bench.gateway_latency --recall-only      # just part 4
 """
 
 from __future__ import annotations
@@ -160,10 +164,10 @@ def direct_call(upstream: str, messages: list[dict]) -> Callable[[], Awaitable[A
     return call
 
 
-def gateway_call(session: aiohttp.ClientSession, url: str, model: str,
-                 messages: list[dict]) -> Callable[[], Awaitable[dict]]:
+def gateway_call(session: aiohttp.ClientSession, url: str, model: str, messages: list[dict],
+                 extra_headers: dict[str, str] | None = None) -> Callable[[], Awaitable[dict]]:
     payload = json.dumps({"model": model, "messages": messages}).encode()
-    headers = {"content-type": "application/json"}
+    headers = {"content-type": "application/json", **(extra_headers or {})}
 
     async def call() -> dict:
         async with session.post(url + "/v1/chat/completions", data=payload, headers=headers) as response:
@@ -258,10 +262,82 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
     return summarize(latencies) | {"busy_s": busy_s, "big_requests": big_count}
 
 
+# -- recall through the gateway ---------------------------------------------------------------------
+
+RECALL_TASKS = ("niah_single_1", "niah_multikey_1", "vt", "cwe", "babilong_qa2", "hashhop_3")
+RECALL_WINDOW = 16_384  # below the samples' 32k tokens, so they are compressed; budget stays 4000
+
+
+async def recall_through_gateway(session: aiohttp.ClientSession, folder: Path, tasks: tuple[str, ...],
+                                 length: int, seeds: int) -> list[dict[str, Any]]:
+    sys.path.insert(0, str(ROOT / "tests" / "gateway"))
+    from fake_upstream import FakeUpstream  # records what the gateway forwards, in this process
+
+    from bench import metrics
+    from bench.quality import ORACLE_ROUTE
+    from bench.tasks import generate
+    from gateway import conversation
+    from mixpr import compress
+
+    upstream = FakeUpstream().start()
+    port = free_port()
+    config = write_config(folder, upstream.base_url, window=RECALL_WINDOW)
+    gateway_proc = start_gateway(config, port, workers=1)
+    rows = []
+    try:
+        for task in tasks:
+            for seed in range(seeds):
+                sample = generate(task, length, seed)
+                route = ORACLE_ROUTE[sample.family]
+                messages = [{"role": "user", "content": sample.text}]
+                upstream.clear()
+                url = f"http://127.0.0.1:{port}"
+                call = gateway_call(session, url, "big", messages, {"x-mixpr-route": route})
+                await call()
+                forwarded = upstream.received("big")[-1].json["messages"][0]["content"]
+                library = compress(sample.text, budget_tokens=4000, route=route, model="openai/big")
+                expected = conversation.rebuild(conversation.split(messages), library.spans)[0]["content"]
+                rows.append({
+                    "task": task, "seed": seed, "route": route, "identical": forwarded == expected,
+                    "gateway": metrics.score(sample, forwarded, library.spans) if forwarded == expected else
+                    metrics.needle_recall(sample, forwarded),
+                    "library": metrics.score(sample, library.text, library.spans),
+                })
+    finally:
+        gateway_proc.terminate()
+        gateway_proc.wait(10)
+        upstream.stop()
+    return rows
+
+
+def print_recall(rows: list[dict[str, Any]]) -> None:
+    print(f"\nrecall through the gateway vs the library ({len(rows)} samples, oracle route, budget 4000)")
+    print(f"  {'task':18} {'gateway':>8} {'library':>8}  same text")
+    for task in dict.fromkeys(r["task"] for r in rows):
+        mine = [r for r in rows if r["task"] == task]
+        gw, lib = (statistics.fmean(r[k] for r in mine) for k in ("gateway", "library"))
+        same = sum(r["identical"] for r in mine)
+        print(f"  {task:18} {gw:8.3f} {lib:8.3f}  {same}/{len(mine)}")
+
+
 # -- report ---------------------------------------------------------------------------------------
 
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"machine": machine()}
+    if not args.recall_only:
+        results.update(await latency(args))
+    if not args.skip_recall:
+        with tempfile.TemporaryDirectory() as folder:
+            async with aiohttp.ClientSession() as session:
+                rows = await recall_through_gateway(session, Path(folder), RECALL_TASKS, args.recall_length,
+                                                    args.recall_seeds)
+        results["recall"] = rows
+        print_recall(rows)
+    return results
+
+
+async def latency(args: argparse.Namespace) -> dict[str, Any]:
     upstream_proc, upstream = start_upstream()
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
@@ -271,7 +347,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         connector = aiohttp.TCPConnector(limit=64)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
-                results: dict[str, Any] = {"machine": machine(), "gateway_workers": args.gateway_workers,
+                results: dict[str, Any] = {"gateway_workers": args.gateway_workers,
                                            "uvloop": _has("uvloop"), "httptools": _has("httptools")}
                 for concurrency in (1, 32):
                     total = args.requests if concurrency == 1 else args.requests * 3
@@ -344,6 +420,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--short-clients", type=int, default=2, help="clients sending short requests")
     parser.add_argument("--gateway-workers", type=int, default=1, help="the gateway's --workers")
     parser.add_argument("--quick", action="store_true", help="200 requests, a 200k-token big prompt")
+    parser.add_argument("--recall-only", action="store_true", help="only the recall comparison")
+    parser.add_argument("--skip-recall", action="store_true", help="skip part 4 (needs ../shared/data)")
+    parser.add_argument("--recall-length", type=int, default=32 * 1024)
+    parser.add_argument("--recall-seeds", type=int, default=2)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if args.quick:

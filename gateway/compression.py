@@ -94,7 +94,8 @@ class Compressor:
         await asyncio.gather(*(self.run(_warm_up, with_router) for _ in range(self._workers)))
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Waiting lets worker processes exit cleanly (no leaked semaphores); queued jobs are dropped.
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
