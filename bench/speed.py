@@ -5,7 +5,8 @@
 
 Every case runs in a fresh subprocess so its peak RSS is its own. Sizes up to 1M report the median of
 ``--runs`` (3) compressions; bigger ones run once. ``count`` is plain tiktoken ``encode_ordinary`` on the same
-text in the same process, and ``total/count`` is the ratio of their medians.
+text in the same process, and ``total/count`` is the ratio of their medians. ``(total-count)/count`` leaves
+out compress()'s own count: the gateway has already counted the prompt to decide whether to compress.
 Writes bench/out/speed.json, bench/out/speed.png and bench/plots/speed.png.
 """
 
@@ -70,6 +71,7 @@ def markdown(rows: list[dict]) -> str:
         "total ms",
         "tiktoken count ms",
         "total/count",
+        "(total-count)/count",
         "RSS base MB",
         "RSS peak MB",
         "runs",
@@ -86,6 +88,7 @@ def markdown(rows: list[dict]) -> str:
             f"| {r['kind']} {format_size(r['target_tokens'])}", f"{r['tokens']:,}", f"{r['chunks']:,}",
             *stages,
             f"{r['total_ms']:.0f}", f"{r['count_ms']:.0f}", f"{r['ratio']:.2f}",
+            f"{r.get('ratio_after_count', float('nan')):.2f}",
             f"{r['rss_base'] / 1e6:.0f}", f"{r['rss_peak'] / 1e6:.0f}", str(r["runs"]), verdict(r) + " |",
         ]))  # fmt: skip
     return "\n".join(lines)

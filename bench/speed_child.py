@@ -88,7 +88,9 @@ def main() -> None:
         "kind": kind, "target_tokens": tokens, "tokens": n_tokens, "chars": len(text), "runs": runs,
         "chunks": stats[0].get("original_chunks"), "kept_tokens": stats[0].get("kept_tokens"),
         "route": stats[0].get("route"), "stages_ms": stages, "total_ms": total, "wall_ms": median(walls),
-        "count_ms": count, "ratio": total / count, "rss_base": rss_base, "rss_peak": rss_peak,
+        "count_ms": count, "ratio": total / count,
+        "ratio_after_count": (total - stages.get("count", 0.0)) / count,
+        "rss_base": rss_base, "rss_peak": rss_peak,
         "all_total_ms": [t.get("total") for t in timings], "all_count_ms": counts,
     }))  # fmt: skip
 
