@@ -1,0 +1,96 @@
+"""Managed model servers start with the gateway; readiness waits for them, failures are reported."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ServerThread
+
+from gateway import create_app
+from gateway.config import parse_config
+
+MANAGED = {"kind": "llama_cpp", "model_path": "x.gguf", "port": 4999}
+
+
+class FakeManagedServer:
+    """Stands in for gateway.local_model.ManagedServer: starts when the test says so."""
+
+    instances: list[FakeManagedServer] = []
+    fail_with: str | None = None
+
+    def __init__(self, settings: dict[str, Any]) -> None:
+        self.settings = settings
+        self.release = threading.Event()
+        self.ready = False
+        self.stopped = False
+        FakeManagedServer.instances.append(self)
+
+    async def start(self) -> None:
+        import asyncio
+
+        while not self.release.is_set():
+            await asyncio.sleep(0.01)
+        if self.fail_with:
+            raise RuntimeError(self.fail_with)
+        self.ready = True
+
+    async def stop(self) -> None:
+        self.ready = False
+        self.stopped = True
+
+
+@pytest.fixture
+def fake_managed(monkeypatch: pytest.MonkeyPatch) -> type[FakeManagedServer]:
+    monkeypatch.setattr("gateway.local_model.ManagedServer", FakeManagedServer)
+    FakeManagedServer.instances = []
+    FakeManagedServer.fail_with = None
+    return FakeManagedServer
+
+
+def _serve() -> ServerThread:
+    config = parse_config({
+        "model_list": [{"model_name": "local", "litellm_params": {"model": "openai/x"},
+                        "managed_server": MANAGED}],
+        "mixpr_settings": {"router": "heuristic"},
+        "general_settings": {"compression_executor": "thread"},
+    })
+    return ServerThread(create_app(config)).start()
+
+
+def _wait_for(condition: Any) -> None:
+    deadline = time.monotonic() + 5
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_readiness_waits_for_managed_servers(fake_managed: type[FakeManagedServer]) -> None:
+    server = _serve()
+    try:
+        [managed] = fake_managed.instances
+        assert managed.settings == MANAGED
+        live = httpx.get(server.url + "/health/liveliness")
+        ready = httpx.get(server.url + "/health/readiness")
+        assert (live.status_code, ready.status_code, ready.json()) == (200, 503, {"status": "starting"})
+        managed.release.set()
+        _wait_for(lambda: httpx.get(server.url + "/health/readiness").status_code == 200)
+    finally:
+        server.stop()
+    assert managed.stopped
+
+
+def test_a_managed_server_that_fails_is_reported(fake_managed: type[FakeManagedServer]) -> None:
+    fake_managed.fail_with = "model file not found"
+    server = _serve()
+    try:
+        fake_managed.instances[0].release.set()
+        _wait_for(lambda: httpx.get(server.url + "/health/readiness").json()["status"] != "starting")
+        ready = httpx.get(server.url + "/health/readiness")
+        assert (ready.status_code, ready.json()) == (
+            503, {"status": "failed", "error": "RuntimeError: model file not found"})
+    finally:
+        server.stop()
