@@ -93,7 +93,7 @@ def start_upstream() -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def write_config(folder: Path, upstream: str, window: int) -> Path:
+def write_config(folder: Path, upstream: str, window: int, executor: str = "process") -> Path:
     def params(name: str) -> dict[str, str]:
         return {"model": f"openai/{name}", "api_base": upstream, "api_key": "k"}
 
@@ -105,7 +105,7 @@ def write_config(folder: Path, upstream: str, window: int) -> Path:
              "model_info": {"max_input_tokens": window}},
         ],
         "mixpr_settings": {"budget_tokens": 4000, "router": "auto"},
-        "general_settings": {"max_body_bytes": 64 * 1024 * 1024},
+        "general_settings": {"max_body_bytes": 64 * 1024 * 1024, "compression_executor": executor},
     }))
     return config
 
@@ -341,15 +341,15 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
     upstream_proc, upstream = start_upstream()
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
-        config = write_config(Path(folder), upstream, window=128_000)
+        config = write_config(Path(folder), upstream, window=128_000, executor=args.executor)
         gateway_proc = start_gateway(config, port, args.gateway_workers)
         gateway = f"http://127.0.0.1:{port}"
         connector = aiohttp.TCPConnector(limit=64)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
-                results: dict[str, Any] = {"gateway_workers": args.gateway_workers,
+                results: dict[str, Any] = {"gateway_workers": args.gateway_workers, "executor": args.executor,
                                            "uvloop": _has("uvloop"), "httptools": _has("httptools")}
-                for concurrency in (1, 32):
+                for concurrency in () if args.skip_passthrough else (1, 32):
                     total = args.requests if concurrency == 1 else args.requests * 3
                     results[f"passthrough_c{concurrency}"] = await passthrough(upstream, gateway, session,
                                                                                total, concurrency)
@@ -419,6 +419,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="big requests timed (and under load)")
     parser.add_argument("--short-clients", type=int, default=2, help="clients sending short requests")
     parser.add_argument("--gateway-workers", type=int, default=1, help="the gateway's --workers")
+    parser.add_argument("--executor", choices=["process", "thread"], default="process",
+                        help="general_settings.compression_executor of the gateway")
+    parser.add_argument("--skip-passthrough", action="store_true", help="only the big-request parts")
     parser.add_argument("--quick", action="store_true", help="200 requests, a 200k-token big prompt")
     parser.add_argument("--recall-only", action="store_true", help="only the recall comparison")
     parser.add_argument("--skip-recall", action="store_true", help="skip part 4 (needs ../shared/data)")

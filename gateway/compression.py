@@ -35,6 +35,9 @@ from mixpr.tokens import count_tokens
 log = logging.getLogger("gateway.compression")
 
 INLINE_COUNT_CHARS = 200_000  # shorter texts are counted on the loop: a pool hop costs more
+# No real text averages more than ~6 characters per token (English ~4, code ~3, base64 ~2.5);
+# a text over this many characters per threshold token is over the threshold without counting.
+CHARS_PER_TOKEN_CEILING = 16
 MAX_ATTEMPTS = 3  # compress, recount, shrink the budget and retry when the result does not fit
 SHRINK_MARGIN = 0.9
 
@@ -113,10 +116,16 @@ class Compressor:
     ) -> Outcome:
         """The messages to forward: unchanged below the trigger, else compressed to fit."""
         conv = conversation.split(messages)
-        stream_tokens, fixed = await self._count(conv, target.model, tools)
-        total = stream_tokens + fixed
-        if not _triggered(total, target, settings, control):
-            return Outcome(messages, "passthrough", total, total)
+        fixed = conversation.fixed_tokens(conv, target.model, tools)
+        threshold = _threshold(target, settings, control)
+        stream_tokens: int | None = None
+        # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
+        # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
+        if threshold is None or len(conv.text) <= CHARS_PER_TOKEN_CEILING * threshold:
+            stream_tokens = await self._count(conv.text, target.model)
+            if threshold is None or stream_tokens + fixed <= threshold:
+                total = stream_tokens + fixed
+                return Outcome(messages, "passthrough", total, total)
         try:
             counts = (stream_tokens, fixed)
             return await self._compress(conv, tools, counts, target, settings, control, router)
@@ -125,6 +134,9 @@ class Compressor:
         except Exception as exc:  # a bug or a pathological text must not cost the user an answer
             log.warning("compression failed (%s); deciding whether the original fits", type(exc).__name__)
             log.debug("traceback", exc_info=exc)
+            if stream_tokens is None:
+                stream_tokens = await self._count(conv.text, target.model)
+            total = stream_tokens + fixed
             if total <= target.limit:
                 return Outcome(messages, "passthrough", total, total)
             raise ContextLengthExceeded(
@@ -134,17 +146,16 @@ class Compressor:
                 param="messages",
             ) from exc
 
-    async def _count(self, conv: conversation.Conversation, model: str, tools: Any) -> tuple[int, int]:
-        fixed = conversation.fixed_tokens(conv, model, tools)
-        if len(conv.text) < INLINE_COUNT_CHARS:
-            return count_tokens(conv.text, model), fixed
-        return await self.run(count_tokens, conv.text, model), fixed
+    async def _count(self, text: str, model: str) -> int:
+        if len(text) < INLINE_COUNT_CHARS:
+            return count_tokens(text, model)
+        return await self.run(count_tokens, text, model)
 
     async def _compress(
         self,
         conv: conversation.Conversation,
         tools: Any,
-        counts: tuple[int, int],
+        counts: tuple[int | None, int],
         target: Target,
         settings: MixprSettings,
         control: Control,
@@ -164,6 +175,7 @@ class Compressor:
             )
             if key and stats.get("router") == "llm":
                 self._cache.put(key, stats["route"])
+            stream_tokens = stats["original_tokens"]  # counted by MixPR when we skipped it
             messages = conversation.rebuild(conv, spans)
             rebuilt = conversation.split(messages)
             final = count_tokens(rebuilt.text, target.model) + conversation.fixed_tokens(
@@ -233,14 +245,15 @@ def _ask_router(router: Router, prompt: str) -> str:
         return ""
 
 
-def _triggered(total: int, target: Target, settings: MixprSettings, control: Control) -> bool:
+def _threshold(target: Target, settings: MixprSettings, control: Control) -> int | None:
+    """Prompt tokens above which to compress; None: never (disabled for this request)."""
     if control.enabled is False:
-        return False
+        return None
     if control.enabled is True:  # asked for explicitly: compress whatever exceeds the budget
-        return total > (control.budget_tokens or settings.budget_tokens)
+        return control.budget_tokens or settings.budget_tokens
     if settings.compress_above_tokens is not None:
-        return total > settings.compress_above_tokens
-    return total > target.limit
+        return settings.compress_above_tokens
+    return target.limit
 
 
 def _budget(fixed: int, target: Target, settings: MixprSettings, control: Control) -> int:
