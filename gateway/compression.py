@@ -116,7 +116,8 @@ class Compressor:
     ) -> Outcome:
         """The messages to forward: unchanged below the trigger, else compressed to fit."""
         conv = conversation.split(messages)
-        fixed = conversation.fixed_tokens(conv, target.model, tools)
+        fixed = await self._count(conv.verbatim_text, target.model)  # a huge system prompt happens
+        fixed += conversation.overhead_tokens(conv, target.model, tools)
         threshold = _threshold(target, settings, control)
         stream_tokens: int | None = None
         # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
