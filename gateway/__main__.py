@@ -21,6 +21,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=int(os.environ.get("MIXPR_PORT", "4000")))
     parser.add_argument("--workers", type=int, default=int(os.environ.get("MIXPR_WORKERS", "1")),
                         help="server processes (default 1); each has its own MixPR pool and router cache")
+    parser.add_argument("--timeout-keep-alive", type=float, default=75.0,
+                        help="seconds an idle client connection stays open (default 75: longer than "
+                             "load balancers' idle timeouts, so they never reuse a closing connection)")
     parser.add_argument("--log-level", default=os.environ.get("MIXPR_LOG_LEVEL", "info"),
                         choices=["critical", "error", "warning", "info", "debug"])
     return parser.parse_args(argv)
@@ -43,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from gateway.app import create_app
 
     # The access log would be the only per-request line with client details; ours has no text.
-    options = {"host": args.host, "port": args.port, "log_level": args.log_level, "access_log": False}
+    options = {"host": args.host, "port": args.port, "log_level": args.log_level, "access_log": False,
+               "timeout_keep_alive": args.timeout_keep_alive}
     if args.workers == 1:
         uvicorn.run(create_app(config), **options)
         return 0
