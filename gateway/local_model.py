@@ -29,6 +29,7 @@ import collections
 import contextlib
 import importlib.util
 import logging
+import os
 import socket
 import sys
 import time
@@ -174,6 +175,7 @@ class ManagedServer:
         began = time.monotonic()
         self._process = await asyncio.create_subprocess_exec(
             *argv,
+            env=self._environment(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -186,6 +188,11 @@ class ManagedServer:
             raise
         self._ready = True
         logger.info("model server on %s ready after %.1f s", self.base_url, time.monotonic() - began)
+
+    def _environment(self) -> dict[str, str]:
+        # llama_cpp.server lets $HOST and $PORT override its --host/--port, and both are commonly
+        # set (`make run PORT=...`, PaaS and container platforms): pin them to the server's own.
+        return {**os.environ, "HOST": HOST, "PORT": str(self.port)}
 
     async def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after a grace period). Safe to call twice."""

@@ -31,6 +31,9 @@ FAKE_SERVER = textwrap.dedent(
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
     args, _ = parser.parse_known_args()
+    # Like the real llama_cpp.server: $HOST and $PORT win over the command line.
+    args.host = os.getenv("HOST", args.host)
+    args.port = int(os.getenv("PORT", args.port))
     with open(os.environ["FAKE_LLAMA_ARGV"], "w") as f:
         json.dump(sys.argv[1:], f)
     mode = os.environ.get("FAKE_LLAMA_MODE", "ok")
@@ -111,6 +114,17 @@ async def test_start_waits_until_models_answers_then_stop_frees_the_port(fake_ll
     assert not server.ready
     assert not port_open(server.port)
     await server.stop()  # a second stop is harmless
+
+
+async def test_host_and_port_in_the_environment_do_not_move_the_server(fake_llama, model_file, monkeypatch):
+    monkeypatch.setenv("PORT", str(free_port()))
+    monkeypatch.setenv("HOST", "0.0.0.0")
+    server = ManagedServer(settings(model_file))
+    await server.start()
+    try:
+        assert server.ready and port_open(server.port)
+    finally:
+        await server.stop()
 
 
 async def test_a_crash_while_starting_reports_exit_code_and_last_output(fake_llama, model_file, monkeypatch):
