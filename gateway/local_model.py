@@ -51,6 +51,11 @@ _POLL_SECONDS = 0.2
 _TAIL_LINES = 40
 _OWN_KEYS = frozenset({"kind", "model_path", "port", "startup_timeout"})
 _FIXED_OPTIONS = frozenset({"host", "model"})  # set by the gateway itself
+# llama_cpp.server's ServerSettings fields, plus CONFIG_FILE, which replaces the command line.
+_SERVER_ENV = frozenset({
+    "api_key", "config_file", "disable_ping_events", "host", "interrupt_requests", "port",
+    "root_path", "ssl_certfile", "ssl_keyfile",
+})  # fmt: skip
 
 # Runs the server module like ``python -m``, after asking Linux to send the child
 # SIGTERM when the gateway dies, so a killed gateway never leaves a server holding
@@ -190,9 +195,11 @@ class ManagedServer:
         logger.info("model server on %s ready after %.1f s", self.base_url, time.monotonic() - began)
 
     def _environment(self) -> dict[str, str]:
-        # llama_cpp.server lets $HOST and $PORT override its --host/--port, and both are commonly
-        # set (`make run PORT=...`, PaaS and container platforms): pin them to the server's own.
-        return {**os.environ, "HOST": HOST, "PORT": str(self.port)}
+        # llama_cpp.server reads its server settings from the environment too (any case), and
+        # $HOST/$PORT even win over --host/--port. Such names are common for other purposes
+        # (`make run PORT=...`, container platforms, an unrelated API_KEY), so none reach it.
+        env = {k: v for k, v in os.environ.items() if k.lower() not in _SERVER_ENV}
+        return {**env, "HOST": HOST, "PORT": str(self.port)}
 
     async def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after a grace period). Safe to call twice."""

@@ -36,6 +36,8 @@ FAKE_SERVER = textwrap.dedent(
     args.port = int(os.getenv("PORT", args.port))
     with open(os.environ["FAKE_LLAMA_ARGV"], "w") as f:
         json.dump(sys.argv[1:], f)
+    if os.getenv("API_KEY") or os.getenv("config_file"):
+        sys.exit("server settings leaked through the environment")
     mode = os.environ.get("FAKE_LLAMA_MODE", "ok")
     print("loading model", args.model, flush=True)
     if mode == "crash":
@@ -116,9 +118,11 @@ async def test_start_waits_until_models_answers_then_stop_frees_the_port(fake_ll
     await server.stop()  # a second stop is harmless
 
 
-async def test_host_and_port_in_the_environment_do_not_move_the_server(fake_llama, model_file, monkeypatch):
+async def test_server_settings_in_the_environment_stay_out(fake_llama, model_file, monkeypatch):
     monkeypatch.setenv("PORT", str(free_port()))
     monkeypatch.setenv("HOST", "0.0.0.0")
+    monkeypatch.setenv("API_KEY", "meant-for-something-else")
+    monkeypatch.setenv("config_file", "/nonexistent.yaml")
     server = ManagedServer(settings(model_file))
     await server.start()
     try:
