@@ -38,6 +38,7 @@ class ChatService:
         default = self.config.general_settings.default_max_input_tokens
         # Looked up once: LiteLLM's model map is a large dict, and windows do not change.
         self.windows = {m.model_name: max_input_tokens(m, default) for m in self.config.model_list}
+        self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
 
     async def handle(self, body: Any, headers: Mapping[str, str]) -> Response:
         started = time.perf_counter()
@@ -47,7 +48,7 @@ class ChatService:
         target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(body, settings))
         outcome = await self.compressor.prepare(
             messages, tools=body.get("tools"), target=target, settings=settings, control=control,
-            router=self.router(settings.router_model or entry.model_name),
+            router=self.routers.get(settings.router_model or entry.model_name),
         )
         self.metrics.record_chat(entry.model_name, outcome.action, outcome.original_tokens,
                                  outcome.final_tokens, outcome.route, outcome.compress_ms)
@@ -64,7 +65,7 @@ class ChatService:
                                      headers=sse_headers)
         return JSONResponse(await upstream.complete(kwargs), headers=report)
 
-    def router(self, model_name: str) -> Router | None:
+    def _router(self, model_name: str) -> Router | None:
         """How workers ask ``model_name`` the auto router's question (deterministic, 2 tokens)."""
         entry = self.config.model(model_name)
         if entry is None:
