@@ -5,16 +5,19 @@
 
 # python3.11 if it is on PATH (what the project is tested with), else python3 (3.11+ is checked).
 PYTHON ?= $(or $(shell command -v python3.11 2>/dev/null),python3)
-VENV   ?= .venv
-HOST   ?= 127.0.0.1
-PORT   ?= 4000
-CONFIG ?= config.yaml
+# Set on the command line only (`make run PORT=8080`): an exported HOST or PORT in the
+# environment (tcsh exports HOST=<hostname>) must not move the gateway off loopback.
+VENV   := .venv
+HOST   := 127.0.0.1
+PORT   := 4000
+CONFIG := config.yaml
 
 BIN := $(VENV)/bin
 
 # llama-cpp-python ships no wheel, so pip compiles llama.cpp (a few minutes, once; pip
 # caches the wheel). A portable CPU build: the native default can emit AMX instructions
-# that crash on machines which report but cannot run them.
+# that crash on machines which report but cannot run them. Override on the command line,
+# e.g. make run CMAKE_ARGS=-DGGML_CUDA=on
 export CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
 	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
 # tiktoken and litellm must not try the network.
