@@ -38,23 +38,30 @@ class ChatService:
         default = self.config.general_settings.default_max_input_tokens
         # Looked up once: LiteLLM's model map is a large dict, and windows do not change.
         self.windows = {m.model_name: max_input_tokens(m, default) for m in self.config.model_list}
+        self.settings = {m.model_name: m.settings(self.config.mixpr_settings) for m in self.config.model_list}
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
 
     async def handle(self, body: Any, headers: Mapping[str, str]) -> Response:
         started = time.perf_counter()
         entry, messages = self._validate(body)
         control = parse_control(body.get("mixpr"), headers)
-        settings = entry.settings(self.config.mixpr_settings)
+        settings = self.settings[entry.model_name]
         target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(body, settings))
         outcome = await self.compressor.prepare(
             messages, tools=body.get("tools"), target=target, settings=settings, control=control,
             router=self.routers.get(settings.router_model or entry.model_name),
         )
-        self.metrics.record_chat(entry.model_name, outcome.action, outcome.original_tokens,
-                                 outcome.final_tokens, outcome.route, outcome.compress_ms)
+        self._record(entry.model_name, outcome, started)
+        return await self._forward(entry, body, outcome)
+
+    def _record(self, model: str, outcome: Outcome, started: float) -> None:
+        self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
+                                 outcome.route, outcome.compress_ms)
         log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",
-                 entry.model_name, outcome.action, outcome.original_tokens, outcome.final_tokens,
+                 model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                  outcome.route, _ms(outcome.compress_ms), (time.perf_counter() - started) * 1000)
+
+    async def _forward(self, entry: ModelEntry, body: dict[str, Any], outcome: Outcome) -> Response:
         timeout = self.config.general_settings.request_timeout_s
         kwargs = upstream.build_call(entry, body, outcome.messages, timeout=timeout)
         report = report_headers(outcome)
@@ -70,7 +77,7 @@ class ChatService:
         entry = self.config.model(model_name)
         if entry is None:
             return None  # config validation names unknown router models; this is belt and braces
-        timeout = entry.settings(self.config.mixpr_settings).router_timeout_s
+        timeout = self.settings[model_name].router_timeout_s
         body = {"max_tokens": ROUTER_MAX_TOKENS, "temperature": 0}
         kwargs = upstream.build_call(entry, body, [], timeout=timeout)
         del kwargs["messages"]
