@@ -126,16 +126,3 @@ def http(gateway_url: str) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {MASTER_KEY}"}
     with httpx.Client(base_url=gateway_url, headers=headers, timeout=30) as c:
         yield c
-
-
-# Third-party noise that pyproject's filterwarnings=error would turn into failed upstream calls:
-# LiteLLM's TypedDicts make pydantic warn when it first builds their schemas, and that happens
-# inside the gateway's server thread, where any exception becomes an upstream error.
-THIRD_PARTY_WARNINGS = ("ignore:.*is using the `ReadOnly` qualifier:UserWarning",)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/gateway/" in str(item.path).replace("\\", "/"):
-            for spec in THIRD_PARTY_WARNINGS:
-                item.add_marker(pytest.mark.filterwarnings(spec))
