@@ -30,8 +30,8 @@ from mixpr.routing import ALPHA, LOCAL
 LOCAL_ALPHA = ALPHA[LOCAL]
 FREQUENT_SHARE = 0.01
 FREQUENT_MIN_CHUNKS = 20  # short texts: a word in 20 chunks can still be specific
-MIN_CANDIDATES = 500
-CANDIDATES_PER_KEPT_CHUNK = 2
+MIN_CANDIDATES = 1000
+CANDIDATES_PER_KEPT_CHUNK = 4
 # Stop words in all but name: a word in over 10% of the candidates adds < 0.01 to any
 # similarity yet makes the explicit product quadratic, so the pruned graph skips it.
 STOP_WORD_SHARE = 0.1
