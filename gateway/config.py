@@ -14,6 +14,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gateway.local_model import ManagedServer, ManagedServerError
+
 log = logging.getLogger("gateway.config")
 
 ENV_PREFIX = "os.environ/"
@@ -72,6 +74,17 @@ class ModelEntry(_Strict):
     def _needs_model(cls, value: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value.get("model"), str) or not value["model"]:
             raise ValueError("litellm_params.model is required (e.g. openai/gpt-4o-mini)")
+        return value
+
+    @field_validator("managed_server")
+    @classmethod
+    def _valid_managed_server(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # Check the settings at load time, so a typo fails with a config error, not at startup.
+        if value is not None:
+            try:
+                ManagedServer(value)
+            except ManagedServerError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
     @property
@@ -150,7 +163,7 @@ def resolve_env(value: Any, where: str = "") -> Any:
     if isinstance(value, list):
         return [resolve_env(v, f"{where}[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str) and value.startswith(ENV_PREFIX):
-        name = value[len(ENV_PREFIX):]
+        name = value[len(ENV_PREFIX) :]
         if name not in os.environ:
             log.warning("config %s: environment variable %s is not set; using null", where, name)
         return os.environ.get(name)

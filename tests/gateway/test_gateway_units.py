@@ -43,6 +43,8 @@ def test_per_model_overrides_merge_with_defaults() -> None:
     ({**BASE, "mixpr_settings": {"budget_tokenz": 5}},
      "mixpr_settings.budget_tokenz: Extra inputs are not permitted"),
     ({"model_list": BASE["model_list"] * 2}, "model_name must be unique; repeated: m"),
+    ({"model_list": [{**BASE["model_list"][0], "managed_server": {"model_path": "m.gguf", "port": "x"}}]},
+     "model_list.0.managed_server: Value error, managed_server.port must be an integer 1-65535, got 'x'"),
 ])
 def test_config_errors_name_the_field(raw: dict, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
