@@ -8,9 +8,7 @@ Start it with ``mixpr-gateway --config config.yaml`` or build the app in code::
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 # LiteLLM fetches its model cost map from the internet at import time, and tiktoken downloads
 # its BPE files on first use; both must be pointed at local copies before either is imported.
@@ -19,17 +17,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
 
 
-def _litellm_tokenizers_dir() -> str | None:
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
-    return str(folder) if folder.is_dir() else None
-
-
-if "TIKTOKEN_CACHE_DIR" not in os.environ and (_folder := _litellm_tokenizers_dir()):
-    os.environ["TIKTOKEN_CACHE_DIR"] = _folder
-
+# mixpr.tokens points tiktoken at LiteLLM's bundled encodings (offline) as it loads.
+import mixpr.tokens  # noqa: E402, F401
 from gateway.config import ConfigError, GatewayConfig, load_config  # noqa: E402
 
 __all__ = ["ConfigError", "GatewayConfig", "create_app", "load_config"]

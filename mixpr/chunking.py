@@ -136,26 +136,22 @@ def _cuts_inside_long(cuts, candidates, layout, max_words, max_chars) -> np.ndar
 def _word_run_cuts(cuts: np.ndarray, layout: _Layout, max_words: int) -> np.ndarray:
     """Near-equal word runs for every piece (line) still over ``max_words``."""
     words = layout.words_between(cuts[:-1], cuts[1:])
-    runs = -(-words // max_words)
-    pieces = np.flatnonzero(runs > 1)
-    if len(pieces) == 0:
-        return np.zeros(0, dtype=np.int64)
-    per_piece = runs[pieces] - 1
-    piece = np.repeat(pieces, per_piece)
-    step = np.arange(per_piece.sum()) - np.repeat(np.cumsum(per_piece) - per_piece, per_piece) + 1
-    first_word = layout.word_index(cuts[piece])
-    offset = np.floor(step * words[piece] / runs[piece] + 0.5).astype(np.int64)
-    return layout.word_starts[first_word + offset]
+    piece, share = _interior_cuts(-(-words // max_words))
+    offset = np.floor(share * words[piece] + 0.5).astype(np.int64)
+    return layout.word_starts[layout.word_index(cuts[piece]) + offset]
 
 
 def _char_run_cuts(cuts: np.ndarray, max_chars: int) -> np.ndarray:
     """Near-equal character runs for pieces with few spaces but many characters."""
     lengths = np.diff(cuts)
-    runs = -(-lengths // max_chars)
+    piece, share = _interior_cuts(-(-lengths // max_chars))
+    return cuts[piece] + np.floor(share * lengths[piece] + 0.5).astype(np.int64)
+
+
+def _interior_cuts(runs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each piece split into ``runs[i]`` equal runs: its inner cuts as (piece, share of its length)."""
     pieces = np.flatnonzero(runs > 1)
-    if len(pieces) == 0:
-        return np.zeros(0, dtype=np.int64)
     per_piece = runs[pieces] - 1
     piece = np.repeat(pieces, per_piece)
     step = np.arange(per_piece.sum()) - np.repeat(np.cumsum(per_piece) - per_piece, per_piece) + 1
-    return cuts[piece] + np.floor(step * lengths[piece] / runs[piece] + 0.5).astype(np.int64)
+    return piece, step / runs[piece]
