@@ -108,7 +108,7 @@ def _score(chunks: Chunks, E, p, method, route, ask_llm, clock, stats, kept_chun
     chosen, decided_by = clock.run("route", _route, chunks, route, ask_llm)
     stats.update(route=chosen, router=decided_by, alpha=routing.ALPHA[chosen])
     if chosen == routing.GLOBAL:
-        return clock.run("rank", experts.global_scores, E, p)
+        return clock.run("rank", experts.global_scores, E, p, kept_chunks=kept_chunks)
     return clock.run("rank", experts.local_scores, E, p, kept_chunks=kept_chunks)
 
 

@@ -16,7 +16,12 @@ explicit graph, which is quadratic. We get the same effect in two linear steps:
    graph would. Chunks it cannot reach follow by their better step-1 score.
 
 Global (α = 0): plain PageRank on the full graph, i.e. structural importance.
-Here the frequent words are the signal, so nothing is removed.
+Here the frequent words are the signal, so nothing is removed. PageRank alone
+spends a small budget on one dense cluster (near-duplicate chunks all point at
+each other; in RULER's cwe, the one-shot example's word list), so the best
+candidates are taken greedily with a redundancy penalty (maximal marginal
+relevance): importance minus ``REDUNDANCY`` × the highest similarity to a chunk
+already taken. Measured on cwe at 1M tokens: top-word overlap 0.65 -> 0.85.
 """
 
 from __future__ import annotations
@@ -35,10 +40,30 @@ CANDIDATES_PER_KEPT_CHUNK = 4
 # Stop words in all but name: a word in over 10% of the candidates adds < 0.01 to any
 # similarity yet makes the explicit product quadratic, so the pruned graph skips it.
 STOP_WORD_SHARE = 0.1
+REDUNDANCY = 0.5  # tried 0.3, 0.5, 1.0, 2.0 on cwe at 1M: 0.80, 0.85, 0.75, 0.75
 
 
-def global_scores(E: sp.csr_matrix, p: np.ndarray) -> np.ndarray:
-    return pagerank.factorised(E, p, 0.0)
+def global_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np.ndarray:
+    """PageRank importance; the best candidates re-ordered to avoid redundancy (scores above 1)."""
+    importance = pagerank.factorised(E, p, 0.0)
+    scores = importance / (importance.max() or 1.0)
+    picked = _best(scores, max(MIN_CANDIDATES, CANDIDATES_PER_KEPT_CHUNK * kept_chunks))
+    order = _diverse_order(E[picked], scores[picked], steps=2 * max(1, kept_chunks))
+    scores[picked[order]] = 2.0 - np.arange(len(order)) / len(order)
+    return scores
+
+
+def _diverse_order(E: sp.csr_matrix, scores: np.ndarray, *, steps: int) -> np.ndarray:
+    """Greedy maximal marginal relevance: each step takes the best score minus redundancy."""
+    closest = np.zeros(len(scores))
+    gain = scores.astype(np.float64).copy()
+    order = []
+    for _ in range(min(steps, len(scores))):
+        best = int(np.argmax(gain - REDUNDANCY * closest))
+        order.append(best)
+        gain[best] = -np.inf
+        closest = np.maximum(closest, (E @ E[best].T).toarray().ravel())
+    return np.array(order, dtype=np.int64)
 
 
 def local_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np.ndarray:

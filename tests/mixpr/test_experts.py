@@ -35,3 +35,16 @@ def test_global_scores_favour_chunks_of_the_most_common_words():
     text = " ".join(["Alpha beta gamma."] * 40 + ["Delta epsilon."] * 2) + " Which words are most common?"
     rank = ranks(text, global_scores)
     assert rank["Alpha beta gamma."] < rank["Delta epsilon."]
+
+
+def test_global_budget_is_not_spent_on_one_cluster_of_near_duplicates():
+    # Plain PageRank ranks the five copies highest (degree 5 against ~4.7 for the rest).
+    cluster = ["Zeta eta theta iota kappa lambda."] * 5
+    spread = [f"Common word{i}." for i in range(60)]
+    text = " ".join(cluster + spread) + " Which words are most common?"
+    chunks = chunk_text(text)
+    texts = chunks.texts()
+    scores = global_scores(embed(texts), query_weights(chunks.words), kept_chunks=6)
+    top = [texts[i] for i in np.argsort(-scores)[:6]]
+    assert sum(t.startswith("Zeta") for t in top) <= 2
+    assert sum(t.startswith("Common") for t in top) >= 3
