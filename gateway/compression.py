@@ -91,6 +91,9 @@ class Compressor:
         self._workers = workers
         self._pool = _make_pool(executor, workers)
         self._cache = _LruCache(route_cache_size)
+        # Router decisions being made right now, by content key: an identical request waits for
+        # the first one's answer instead of asking the router model again.
+        self._deciding: dict[str, asyncio.Future[None]] = {}
 
     async def start(self, *, with_router: bool) -> None:
         """Start every worker now (imports take seconds) rather than on the first long prompt."""
@@ -166,7 +169,40 @@ class Compressor:
         budget = _budget(fixed, target, settings, control)
         route = control.route or settings.router
         key = await self._route_key(router, conv.text) if route == "auto" and router else None
-        route = (self._cache.get(key) or route) if key else route  # a cached decision is forced
+        if key:
+            route = await self._decided(key) or route  # a cached decision is forced
+        # Only one request asks per key (no await between this check and the registration).
+        asking = key if route == "auto" and key not in self._deciding else None
+        if asking:
+            self._deciding[asking] = asyncio.get_running_loop().create_future()
+        try:
+            return await self._fit(conv, tools, stream_tokens, fixed, budget, route, key, target,
+                                   settings, router)
+        finally:
+            if asking:
+                self._deciding.pop(asking).set_result(None)
+
+    async def _decided(self, key: str) -> str | None:
+        """The cached route for ``key``, after waiting for an identical request that is asking now."""
+        pending = self._deciding.get(key)
+        if pending is not None:
+            await asyncio.shield(pending)
+        return self._cache.get(key)
+
+    async def _fit(
+        self,
+        conv: conversation.Conversation,
+        tools: Any,
+        stream_tokens: int | None,
+        fixed: int,
+        budget: int,
+        route: str,
+        key: str | None,
+        target: Target,
+        settings: MixprSettings,
+        router: Router | None,
+    ) -> Outcome:
+        """Compress, recount, and shrink the budget until the rebuilt messages fit the window."""
         started = time.perf_counter()
         for _ in range(MAX_ATTEMPTS):
             spans, stats = await self.run(
@@ -176,6 +212,7 @@ class Compressor:
             )
             if key and stats.get("router") == "llm":
                 self._cache.put(key, stats["route"])
+            route = stats.get("route") or route  # a retry with a smaller budget keeps the decision
             stream_tokens = stats["original_tokens"]  # counted by MixPR when we skipped it
             messages = conversation.rebuild(conv, spans)
             rebuilt = conversation.split(messages)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 
 import httpx
@@ -192,3 +193,19 @@ def test_empty_pieces_get_a_placeholder(client: openai.OpenAI, upstream: FakeUps
     assert all(m["content"] for m in sent["messages"])  # never empty: providers reject that
     assert NEEDLE in sent["messages"][2]["content"]
     assert DROPPED in {m["content"] for m in sent["messages"]} or len(sent["messages"][0]["content"]) < 10_000
+
+
+def test_identical_requests_at_once_ask_the_router_once(
+    client: openai.OpenAI, upstream: FakeUpstream
+) -> None:
+    upstream.clear()
+    messages = _long_messages(seed=9, question="Which harbour keeps the lighthouse vault code?")
+
+    def send(_: int) -> str:
+        raw = client.chat.completions.with_raw_response.create(model="small-auto", messages=messages)
+        return raw.headers["x-mixpr-route"]
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        assert list(pool.map(send, range(3))) == ["local"] * 3
+    assert len([r for r in upstream.received("small-auto") if r.is_router_call]) == 1
+    assert len(_chat_requests(upstream, "small-auto")) == 3
