@@ -19,10 +19,10 @@ from gateway.compression import Compressor, Control, Outcome, Router, Target
 from gateway.config import GatewayConfig, ModelEntry, max_input_tokens
 from gateway.errors import BadRequest, ModelNotFound
 from gateway.metrics import Metrics
+from mixpr import ROUTES
 
 log = logging.getLogger("gateway.chat")
 
-ROUTES = ("auto", "heuristic", "local", "global")
 CONTROL_KEYS = ("enabled", "route", "budget_tokens")
 MIN_BUDGET = 16
 ROUTER_MAX_TOKENS = 2  # "y" or "n", with room for a tokenizer that splits off a leading space

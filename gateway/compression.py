@@ -132,7 +132,7 @@ class Compressor:
                 return Outcome(messages, "passthrough", total, total)
         try:
             counts = (stream_tokens, fixed)
-            return await self._compress(conv, tools, counts, target, settings, control, router)
+            return await self._compress(conv, counts, target, settings, control, router)
         except ContextLengthExceeded:
             raise
         except Exception as exc:  # a bug or a pathological text must not cost the user an answer
@@ -158,7 +158,6 @@ class Compressor:
     async def _compress(
         self,
         conv: conversation.Conversation,
-        tools: Any,
         counts: tuple[int | None, int],
         target: Target,
         settings: MixprSettings,
@@ -176,7 +175,7 @@ class Compressor:
         if asking:
             self._deciding[asking] = asyncio.get_running_loop().create_future()
         try:
-            return await self._fit(conv, tools, stream_tokens, fixed, budget, route, key, target,
+            return await self._fit(conv, stream_tokens, fixed, budget, route, key, target,
                                    settings, router)
         finally:
             if asking:
@@ -192,7 +191,6 @@ class Compressor:
     async def _fit(
         self,
         conv: conversation.Conversation,
-        tools: Any,
         stream_tokens: int | None,
         fixed: int,
         budget: int,
@@ -215,9 +213,8 @@ class Compressor:
             route = stats.get("route") or route  # a retry with a smaller budget keeps the decision
             stream_tokens = stats["original_tokens"]  # counted by MixPR when we skipped it
             messages = conversation.rebuild(conv, spans)
-            rebuilt = conversation.split(messages)
-            final = count_tokens(rebuilt.text, target.model) + conversation.fixed_tokens(
-                rebuilt, target.model, tools)
+            # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
+            final = count_tokens(conversation.split(messages).text, target.model) + fixed
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),

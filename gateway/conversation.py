@@ -115,11 +115,6 @@ def _verbatim(messages: Sequence[dict[str, Any]]) -> tuple[str, int]:
     return "\n".join(texts), media
 
 
-def fixed_tokens(conv: Conversation, model: str, tools: Any = None) -> int:
-    """Tokens of everything but the stream: framing, verbatim text, media and tool definitions."""
-    return count_tokens(conv.verbatim_text, model) + overhead_tokens(conv, model, tools)
-
-
 def overhead_tokens(conv: Conversation, model: str, tools: Any = None) -> int:
     """Framing, media and tool definitions: the fixed tokens other than the verbatim text."""
     tokens = TOKENS_PER_MESSAGE * len(conv.messages) + TOKENS_PER_REPLY
