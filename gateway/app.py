@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -14,13 +12,16 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse
 
+from gateway.api import openai_chat
+from gateway.api.common import authorize, state
 from gateway.chat import ChatService
 from gateway.compression import Compressor
 from gateway.config import GatewayConfig
-from gateway.errors import BadRequest, GatewayError, PayloadTooLarge, Unauthorized, error_json
+from gateway.errors import GatewayError, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
+from gateway.workers import Workers
 
 log = logging.getLogger("gateway.app")
 
@@ -46,9 +47,8 @@ class GatewayState:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
-        compressor = Compressor(workers=general.compression_workers,
-                                route_cache_size=general.route_cache_size,
-                                executor=general.compression_executor)
+        workers = Workers(workers=general.compression_workers, executor=general.compression_executor)
+        compressor = Compressor(workers, route_cache_size=general.route_cache_size)
         self.chat = ChatService(self.config, compressor, self.metrics)
         defaults = self.config.mixpr_settings
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
@@ -103,6 +103,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     state = GatewayState(config)
     app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = state
+    app.include_router(openai_chat.router)
     app.include_router(router)
     _register_error_handlers(app)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
@@ -118,60 +119,11 @@ def app_from_env() -> FastAPI:
     return create_app(load_config(os.environ.get("MIXPR_CONFIG", "config.yaml")))
 
 
-def _state(request: Request) -> GatewayState:
-    return request.app.state.gateway
-
-
-def authorize(request: Request) -> None:
-    """Bearer (or ``api-key``) must equal ``master_key`` when one is configured."""
-    key = _state(request).config.general_settings.master_key
-    if not key:
-        return
-    header = request.headers.get("authorization", "")
-    given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("api-key", "")
-    if not given:
-        raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
-    if not secrets.compare_digest(given.encode(), key.encode()):
-        raise Unauthorized("Incorrect API key provided.")
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, refusing bodies over ``limit`` bytes before reading them whole."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest("We could not parse the JSON body of your request.") from None
-
-
-def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"The request body is larger than this gateway's limit of {limit} bytes "
-                           f"(general_settings.max_body_bytes).")
-
-
-@router.post("/v1/chat/completions")
-@router.post("/chat/completions", include_in_schema=False)
-async def chat_completions(request: Request) -> Response:
-    state = _state(request)
-    authorize(request)
-    body = await read_json(request, state.config.general_settings.max_body_bytes)
-    assert state.chat is not None  # set by the lifespan before any request is served
-    return await state.chat.handle(body, request.headers)
-
-
 @router.get("/v1/models")
 @router.get("/models", include_in_schema=False)
 async def list_models(request: Request) -> dict[str, Any]:
     authorize(request)
-    names = [m.model_name for m in _state(request).config.model_list]
+    names = [m.model_name for m in state(request).config.model_list]
     return {"object": "list",
             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mixpr-gateway"} for n in names]}
 
@@ -183,17 +135,17 @@ async def liveliness() -> dict[str, str]:
 
 @router.get("/health/readiness")
 async def readiness(request: Request) -> JSONResponse:
-    state = _state(request)
-    if state.ready:
+    gateway = state(request)
+    if gateway.ready:
         return JSONResponse({"status": "ready"})
-    if state.failure:
-        return JSONResponse({"status": "failed", "error": state.failure}, status_code=503)
+    if gateway.failure:
+        return JSONResponse({"status": "failed", "error": gateway.failure}, status_code=503)
     return JSONResponse({"status": "starting"}, status_code=503)
 
 
 @router.get("/metrics")
 async def metrics(request: Request) -> PlainTextResponse:
-    body = _state(request).metrics.exposition()
+    body = state(request).metrics.exposition()
     return PlainTextResponse(body, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -1,25 +1,18 @@
-"""When to compress, and doing it without stalling the event loop.
-
-MixPR and tiktoken are CPU work, and measured on a 1M-token prompt they hold the GIL for up to
-~220 ms at a time (chunking regexes, scikit-learn's tokenizer, tiktoken's merge loop), so worker
-*threads* would still freeze every other request. The work therefore runs in a small pool of
-worker *processes* (``compression_executor: process``, the default); ``thread`` remains for
-tests and tiny deployments. A job gets the text and plain options and returns spans and stats.
+"""The call into MixPR (in a worker) and the router question, for one conversation.
 
 The auto router needs an LLM answer from inside the job: the job calls ``litellm.completion``
 itself (synchronously, in the worker) with the router model's settings. Decisions are cached in
 the gateway by a hash of the model and the text, and a cached route is passed back in as forced.
+The pool itself is ``gateway.workers``; when and how much to compress is ``gateway.policy``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import functools
 import hashlib
 import logging
-import multiprocessing
 import threading
 import time
 from collections.abc import Callable
@@ -27,9 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import mixpr
-from gateway import conversation
+from gateway import conversation, policy
 from gateway.config import MixprSettings
 from gateway.errors import ContextLengthExceeded
+from gateway.policy import Control, Target
+from gateway.workers import Workers
 from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.compression")
@@ -41,28 +36,6 @@ CHARS_PER_TOKEN_CEILING = 16
 MAX_ATTEMPTS = 3  # compress, recount, shrink the budget and retry when the result does not fit
 SHRINK_MARGIN = 0.9
 
-
-
-@dataclass(frozen=True)
-class Control:
-    """Per-request switches from the ``mixpr`` body field or ``x-mixpr-*`` headers."""
-
-    enabled: bool | None = None  # None: the config's trigger decides; True: compress above budget
-    route: str | None = None
-    budget_tokens: int | None = None
-
-
-@dataclass(frozen=True)
-class Target:
-    """What the request must fit: the model's window and what is kept free for the answer."""
-
-    model: str  # tokenizer name (the upstream model)
-    window: int
-    reserve: int
-
-    @property
-    def limit(self) -> int:
-        return self.window - self.reserve
 
 
 @dataclass(frozen=True)
@@ -85,27 +58,23 @@ class Outcome:
 
 
 class Compressor:
-    """The worker pool, the router cache, and the decision of what reaches the upstream."""
+    """The router cache, and the decision of what reaches the upstream; jobs run on ``workers``."""
 
-    def __init__(self, *, workers: int, route_cache_size: int, executor: str = "process") -> None:
-        self._workers = workers
-        self._pool = _make_pool(executor, workers)
+    def __init__(self, workers: Workers, *, route_cache_size: int) -> None:
+        self.workers = workers
         self._cache = _LruCache(route_cache_size)
         # Router decisions being made right now, by content key: an identical request waits for
         # the first one's answer instead of asking the router model again.
         self._deciding: dict[str, asyncio.Future[None]] = {}
 
     async def start(self, *, with_router: bool) -> None:
-        """Start every worker now (imports take seconds) rather than on the first long prompt."""
-        await asyncio.gather(*(self.run(_warm_up, with_router) for _ in range(self._workers)))
+        await self.workers.start(_warm_up, with_router)
 
     def close(self) -> None:
-        # Waiting lets worker processes exit cleanly (no leaked semaphores); queued jobs are dropped.
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.workers.close()
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs))
+        return await self.workers.run(fn, *args, **kwargs)
 
     async def prepare(
         self,
@@ -121,7 +90,7 @@ class Compressor:
         conv = conversation.split(messages)
         fixed = await self._count(conv.verbatim_text, target.model)  # a huge system prompt happens
         fixed += conversation.overhead_tokens(conv, target.model, tools)
-        threshold = _threshold(target, settings, control)
+        threshold = policy.threshold(target, settings, control)
         stream_tokens: int | None = None
         # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
         # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
@@ -165,7 +134,7 @@ class Compressor:
         router: Router | None,
     ) -> Outcome:
         stream_tokens, fixed = counts
-        budget = _budget(fixed, target, settings, control)
+        budget = policy.budget(fixed, target, settings, control)
         route = control.route or settings.router
         key = await self._route_key(router, conv.text) if route == "auto" and router else None
         if key:
@@ -240,14 +209,6 @@ def _route_key(name: str, text: str) -> str:
     return hashlib.sha256(name.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _make_pool(executor: str, workers: int) -> concurrent.futures.Executor:
-    if executor == "thread":
-        return concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="mixpr")
-    # spawn, not fork: the gateway has threads (LiteLLM's, the loop's) that fork would copy mid-state.
-    context = multiprocessing.get_context("spawn")
-    return concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=context)
-
-
 def _warm_up(with_router: bool) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
     count_tokens("warm up", "gpt-4o-mini")
@@ -278,30 +239,6 @@ def _ask_router(router: Router, prompt: str) -> str:
     except Exception as exc:
         log.warning("router call to %s failed (%s); using the heuristic", router.name, type(exc).__name__)
         return ""
-
-
-def _threshold(target: Target, settings: MixprSettings, control: Control) -> int | None:
-    """Prompt tokens above which to compress; None: never (disabled for this request)."""
-    if control.enabled is False:
-        return None
-    if control.enabled is True:  # asked for explicitly: compress whatever exceeds the budget
-        return control.budget_tokens or settings.budget_tokens
-    if settings.compress_above_tokens is not None:
-        return settings.compress_above_tokens
-    return target.limit
-
-
-def _budget(fixed: int, target: Target, settings: MixprSettings, control: Control) -> int:
-    """Tokens MixPR may keep: the configured budget, capped by what the window leaves."""
-    room = target.limit - fixed
-    if room < 1:
-        raise ContextLengthExceeded(
-            f"The parts of the prompt that are never compressed (system messages, tool definitions "
-            f"and calls, images, message framing) take {fixed} tokens, more than the {target.window} "
-            f"the model accepts with {target.reserve} kept for the reply.",
-            param="messages",
-        )
-    return min(control.budget_tokens or settings.budget_tokens, room)
 
 
 class _LruCache:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -53,16 +52,17 @@ def supported_params(model: str) -> frozenset[str]:
 
 
 def build_call(
-    entry: ModelEntry, body: dict[str, Any], messages: list[dict[str, Any]], *, timeout: float
+    entry: ModelEntry, params: dict[str, Any], messages: list[dict[str, Any]], *, timeout: float
 ) -> dict[str, Any]:
-    """Keyword arguments for ``litellm.acompletion``: the deployment's settings plus the request."""
+    """Keyword arguments for ``litellm.acompletion``: the deployment's settings plus the request's
+    parameters (``stream`` is set by ``open_stream``)."""
     kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
     kwargs.setdefault("timeout", timeout)
     kwargs.setdefault("max_retries", 0)  # retrying is the client's call; it sees Retry-After
     supported = supported_params(entry.upstream_model)
     extra_body = dict(kwargs.pop("extra_body", None) or {})
-    for key, value in body.items():
-        if key in ("model", "messages", "mixpr"):
+    for key, value in params.items():
+        if key in ("model", "messages", "mixpr", "stream"):
             continue
         if key in supported:
             kwargs[key] = value
@@ -93,18 +93,15 @@ async def open_stream(kwargs: dict[str, Any]) -> Any:
         raise map_error(exc) from exc
 
 
-async def sse_events(stream: Any) -> AsyncIterator[bytes]:
-    """The stream as SSE; an upstream failure midway becomes a final error event, then [DONE]."""
+async def stream_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
+    """The stream's chunks as dicts; a failure midway raises the mapped ``GatewayError``."""
     try:
         async for chunk in stream:
-            yield b"data: " + chunk.model_dump_json(exclude_none=True).encode() + b"\n\n"
-    except Exception as exc:  # the status line is long gone: report it in-band
-        error = map_error(exc)
-        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
-        yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
+            yield chunk.model_dump(exclude_none=True)
+    except Exception as exc:
+        raise map_error(exc) from exc
     finally:
         await _close(stream)
-    yield b"data: [DONE]\n\n"
 
 
 async def _close(stream: Any) -> None:

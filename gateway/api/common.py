@@ -1,0 +1,101 @@
+"""What every API shares at the HTTP edge: the app's state, auth, the JSON body, mixpr switches."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import Request
+
+from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
+from gateway.policy import Control
+from mixpr import ROUTES
+
+CONTROL_KEYS = ("enabled", "route", "budget_tokens")
+MIN_BUDGET = 16
+
+
+def state(request: Request) -> Any:
+    """The ``GatewayState`` the app was built with."""
+    return request.app.state.gateway
+
+
+def authorize(request: Request) -> None:
+    """Bearer (or ``api-key``) must equal ``master_key`` when one is configured."""
+    key = state(request).config.general_settings.master_key
+    if not key:
+        return
+    header = request.headers.get("authorization", "")
+    given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("api-key", "")
+    if not given:
+        raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
+    if not secrets.compare_digest(given.encode(), key.encode()):
+        raise Unauthorized("Incorrect API key provided.")
+
+
+async def read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON, refusing bodies over ``limit`` bytes before reading them whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("We could not parse the JSON body of your request.") from None
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body is larger than this gateway's limit of {limit} bytes "
+                           f"(general_settings.max_body_bytes).")
+
+
+def parse_control(field: Any, headers: Mapping[str, str]) -> Control:
+    """Per-request switches: the ``mixpr`` body field, else the ``x-mixpr-*`` headers."""
+    raw: dict[str, Any] = {}
+    for key in CONTROL_KEYS:
+        header = headers.get("x-mixpr-" + key.replace("_", "-"))
+        if header is not None:
+            raw[key] = _from_header(key, header)
+    if field is not None:
+        if not isinstance(field, dict):
+            raise BadRequest("'mixpr' must be an object.", param="mixpr")
+        unknown = sorted(set(field) - set(CONTROL_KEYS))
+        if unknown:
+            valid = ", ".join(CONTROL_KEYS)
+            raise BadRequest(f"Unknown mixpr option(s): {', '.join(unknown)}; valid: {valid}.",
+                             param=f"mixpr.{unknown[0]}")
+        raw.update(field)
+    return _checked_control(raw)
+
+
+def _from_header(key: str, value: str) -> Any:
+    text = value.strip().lower()
+    if key == "enabled":
+        return {"true": True, "1": True, "false": False, "0": False}.get(text, value)
+    if key == "budget_tokens":
+        return int(text) if text.isdigit() else value
+    return text
+
+
+def _checked_control(raw: dict[str, Any]) -> Control:
+    enabled, route, budget = raw.get("enabled"), raw.get("route"), raw.get("budget_tokens")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise BadRequest("mixpr.enabled must be true or false.", param="mixpr.enabled")
+    if route is not None and route not in ROUTES:
+        raise BadRequest(f"mixpr.route must be one of {', '.join(ROUTES)}.", param="mixpr.route")
+    if budget is not None and not is_int_at_least(budget, MIN_BUDGET):
+        raise BadRequest(f"mixpr.budget_tokens must be an integer >= {MIN_BUDGET}.",
+                         param="mixpr.budget_tokens")
+    return Control(enabled=enabled, route=route, budget_tokens=budget)
+
+
+def is_int_at_least(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
