@@ -9,12 +9,16 @@ LiteLLM's own connection options (``api_base``, ``api_key``, ...) from the reque
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import contextlib
 import functools
 import logging
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 import litellm
 import openai
@@ -105,13 +109,16 @@ async def stream_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
 
 
 async def _close(stream: Any) -> None:
-    # When the client disconnects, Starlette cancels us: close the upstream response as well.
-    closer = getattr(getattr(stream, "completion_stream", None), "aclose", None)
+    # When the client disconnects, Starlette cancels us: close the upstream response as well. The
+    # close is shielded, or the pending cancellation would abort it at its first await.
+    closer = getattr(stream, "aclose", None) or getattr(getattr(stream, "completion_stream", None),
+                                                        "aclose", None)
     if closer is not None:
-        try:
-            await closer()
-        except Exception:  # closing an already broken stream may fail again; nothing left to do
-            pass
+        with anyio.CancelScope(shield=True):
+            try:
+                await closer()
+            except Exception:  # closing an already broken stream may fail again; nothing left to do
+                pass
 
 
 def ask_sync(kwargs: dict[str, Any]) -> str:
@@ -137,6 +144,8 @@ def map_error(exc: BaseException) -> GatewayError:
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) and 400 <= status <= 599 else 502
     error = _upstream_error_object(exc, status)
+    if status == 500 and _is_mislabelled_validation(error):
+        status, error = 400, _validation_error(error["message"])
     return UpstreamError(error["message"], status_code=status, error_type=error["type"],
                          param=error["param"], code=error["code"], headers=_retry_after(exc))
 
@@ -172,9 +181,56 @@ def _upstream_error_object(exc: BaseException, status: int) -> dict[str, Any]:
     if isinstance(body, dict) and isinstance(body.get("message"), str):
         return {"message": body["message"], "type": body.get("type") or fallback,
                 "param": body.get("param"), "code": body.get("code")}
+    if isinstance(body, dict) and "detail" in body:  # FastAPI servers (llama_cpp.server, vLLM) send this
+        detail = body["detail"]
+        return error_json(_detail_message(detail), fallback, param=_detail_param(detail))["error"]
     code = "context_length_exceeded" if isinstance(exc, litellm.ContextWindowExceededError) else None
     message = str(getattr(exc, "message", "") or exc) or f"Upstream error ({status})."
     return error_json(message, fallback, code=code)["error"]
+
+
+def _detail_message(detail: Any) -> str:
+    """FastAPI's ``{"detail": [{"loc": [...], "msg": ...}, ...]}`` (or a plain string) as one line."""
+    if not isinstance(detail, list):
+        return str(detail)
+    parts = []
+    for item in detail[:5]:
+        if isinstance(item, dict):
+            where = ".".join(_loc(item.get("loc")))
+            parts.append(f"{where}: {item.get('msg')}" if where else str(item.get("msg")))
+    return "Invalid request: " + "; ".join(parts) if parts else "Invalid request."
+
+
+def _loc(loc: Any) -> list[str]:
+    # Skip "body" and pydantic's union-member names (``ChatCompletionRequestUserMessage``).
+    parts = loc if isinstance(loc, list | tuple) else ()
+    return [str(p) for p in parts if p != "body" and not (isinstance(p, str) and p[:1].isupper())]
+
+
+def _detail_param(detail: Any) -> str | None:
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        return ".".join(_loc(detail[0].get("loc"))) or None
+    return None
+
+
+# llama_cpp.server's error route turns its own request validation errors into a 500 whose message
+# is pydantic's "N validation error(s):" list followed by a traceback line; it is the client's fault.
+_PYDANTIC_ERRORS = re.compile(r"^\d+ validation errors?:")
+
+
+def _is_mislabelled_validation(error: dict[str, Any]) -> bool:
+    return error["type"] == "internal_server_error" and bool(_PYDANTIC_ERRORS.match(error["message"]))
+
+
+def _validation_error(message: str) -> dict[str, Any]:
+    lines = [line.strip() for line in message.splitlines()[1:6]]
+    found = [line for line in lines if line.startswith("{")]  # pydantic's error dicts, not the traceback
+    detail = []
+    for line in found:
+        with contextlib.suppress(ValueError, SyntaxError, RecursionError, MemoryError):
+            detail.append(ast.literal_eval(line[:4000]))
+    text = _detail_message(detail) if detail else "The upstream model rejected the request as invalid."
+    return error_json(text, "invalid_request_error", param=_detail_param(detail))["error"]
 
 
 def _retry_after(exc: BaseException) -> dict[str, str]:

@@ -18,6 +18,7 @@ log = logging.getLogger("gateway.api.openai_chat")
 
 router = APIRouter()
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 @router.post("/v1/chat/completions")
@@ -55,6 +56,10 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
             raise BadRequest(f"messages[{i}] must be an object with a string 'role'.", param=f"messages[{i}]")
+        if message["role"] not in ROLES:
+            # OpenAI refuses other roles too; some servers (llama_cpp.server) answer them with a 500.
+            raise BadRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}.",
+                             param=f"messages[{i}].role")
         content = message.get("content")
         if content is not None and not isinstance(content, str | list):
             raise BadRequest(f"messages[{i}].content must be a string, an array of parts or null.",

@@ -11,6 +11,14 @@ tests never race on shared state:
 * ``mode-hang``: never answers (until the client gives up)
 * ``mode-close``: closes the connection without answering
 * ``mode-midstream``: for ``stream=True``, sends one chunk and then drops the connection
+* ``mode-422``: 422 with a FastAPI ``{"detail": [...]}`` body, as a FastAPI server rejects a bad role
+* ``mode-400``, ``mode-404``: that status with an OpenAI ``invalid_request_error`` body
+* ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
+* ``mode-slowstream``: for ``stream=True``, a chunk every 100 ms for a minute; the time the client
+  closed the connection is kept in ``Recorded.closed_at``
+
+Like a real server, a body that is not a chat request (no list of messages with known roles)
+gets a FastAPI-style 422 instead of an answer.
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
 
 A request whose last message is the MixPR router prompt is answered with ``n``.
@@ -37,6 +45,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     raw_body: bytes
+    closed_at: float | None = None  # time.monotonic() when the client went away mid-stream
 
     @property
     def json(self) -> Any:
@@ -114,7 +123,7 @@ class FakeUpstream:
                     break
                 with self._lock:
                     self.requests.append(request)
-                keep_open = await self._respond(request, writer)
+                keep_open = await self._respond(request, reader, writer)
                 if not keep_open:
                     break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
@@ -122,12 +131,31 @@ class FakeUpstream:
         finally:
             writer.close()
 
-    async def _respond(self, request: Recorded, writer: asyncio.StreamWriter) -> bool:
+    async def _respond(self, request: Recorded, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> bool:
         if request.path.endswith("/models"):
             _write_json(writer, 200, {"object": "list", "data": []})
             return True
         body = request.json
         mode = str(body.get("model", ""))
+        problems = _invalid_chat(body)
+        if problems or mode == "mode-422":
+            detail = problems or [{"type": "literal_error", "loc": ["body", "messages", 0, "role"],
+                                   "msg": "Input should be 'user'", "input": "wizard"}]
+            _write_json(writer, 422, {"detail": detail})
+            return True
+        if mode in ("mode-400", "mode-404"):
+            status = int(mode[-3:])
+            error = {"message": f"The upstream refused this request ({status}).",
+                     "type": "invalid_request_error", "param": "messages", "code": f"upstream_{status}"}
+            _write_json(writer, status, {"error": error})
+            return True
+        if mode == "mode-llama-invalid":  # llama_cpp.server reports its own validation errors so
+            _write_json(writer, 500, {"error": LLAMA_VALIDATION_500})
+            return True
+        if mode == "mode-slowstream" and body.get("stream"):
+            await _write_slow_stream(request, reader, writer, mode)
+            return False
         if mode == "mode-hang":
             await asyncio.sleep(3600)
         if mode == "mode-close":
@@ -163,6 +191,28 @@ async def _read_request(reader: asyncio.StreamReader) -> Recorded | None:
             headers[name.strip().lower()] = value.strip()
     body = await reader.readexactly(int(headers.get("content-length", "0")))
     return Recorded(method=method, path=path, headers=headers, raw_body=body)
+
+
+LLAMA_VALIDATION_500 = {
+    "message": "1 validation error:\n  {'type': 'list_type', 'loc': ('body', 'messages', 0, "
+               "'ChatCompletionRequestUserMessage', 'content'), 'msg': 'Input should be a valid list', "
+               "'input': 5}\n\n  File \"/site-packages/llama_cpp/server/app.py\", line 376, in "
+               "create_chat_completion\n    POST /v1/chat/completions",
+    "type": "internal_server_error", "param": None, "code": None,
+}
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def _invalid_chat(body: Any) -> list[dict[str, Any]]:
+    """FastAPI-style validation errors for a body no chat server would accept."""
+    if not isinstance(body, dict):
+        return [{"type": "dict_type", "loc": ["body"], "msg": "Input should be a valid dictionary"}]
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return [{"type": "list_type", "loc": ["body", "messages"], "msg": "Input should be a valid list"}]
+    return [{"type": "literal_error", "loc": ["body", "messages", i, "role"],
+             "msg": f"Input should be one of {', '.join(ROLES)}", "input": str(m)[:50]}
+            for i, m in enumerate(messages) if not isinstance(m, dict) or m.get("role") not in ROLES]
 
 
 def _completion(model: str, text: str) -> dict[str, Any]:
@@ -206,7 +256,28 @@ async def _write_stream(writer: asyncio.StreamWriter, model: str, text: str, *, 
     await writer.drain()
 
 
+async def _write_slow_stream(request: Recorded, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter, model: str) -> None:
+    """A chunk every 100 ms for a minute, noting when the client hangs up."""
+    writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+    hung_up = asyncio.ensure_future(reader.read(1))  # b"" (EOF) once the client closes
+    try:
+        for i in range(600):
+            piece = _chunk(model, {"content": f"word{i} "}, None)
+            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            await writer.drain()
+            await asyncio.wait([hung_up], timeout=0.1)
+            if hung_up.done() or writer.is_closing():
+                break
+    except ConnectionError:
+        pass
+    finally:
+        request.closed_at = time.monotonic()
+        hung_up.cancel()
+
+
 def _head(status: int, headers: dict[str, str]) -> bytes:
-    reason = {200: "OK", 429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "Status")
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 422: "Unprocessable Entity",
+              429: "Too Many Requests", 500: "Internal Server Error"}.get(status, "Status")
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{k}: {v}" for k, v in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
