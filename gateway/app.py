@@ -36,13 +36,27 @@ class GatewayState:
         self.metrics = Metrics()
         self.chat: ChatService | None = None
         self.managed: list[Any] = []
+        self.managed_names: list[str] = []  # model_name of each entry of ``managed``
         self.started = False
         self.failure: str | None = None  # why a managed server did not come up
         self._starting: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
-        return self.started and all(server.ready for server in self.managed)
+        return self.started and not self.problems()
+
+    def problems(self) -> list[str]:
+        """What keeps the gateway from serving every model, one line per component; [] when ready."""
+        found = []
+        for name, server in self.managed_models.items():
+            if not server.ready:
+                problem = getattr(server, "problem", None) or "managed server not ready"
+                found.append(f"model {name!r}: {problem}")
+        return found
+
+    @property
+    def managed_models(self) -> dict[str, Any]:
+        return dict(zip(self.managed_names, self.managed, strict=True))
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -54,6 +68,7 @@ class GatewayState:
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
         await compressor.start(with_router=auto)
         self.managed = self._managed_servers()
+        self.chat.managed = self.managed_models
         # Models load in the background: liveliness answers at once, readiness once they answer.
         self._starting = asyncio.create_task(self._start_managed())
         self.started = True
@@ -79,7 +94,15 @@ class GatewayState:
                 f"model {entries[0].model_name!r} has a managed_server, but gateway.local_model "
                 f"cannot be imported ({exc})"
             ) from exc
-        return [ManagedServer(entry.managed_server) for entry in entries]
+        self.managed_names = [entry.model_name for entry in entries]
+        restarts = self.metrics.managed_restarts
+        return [ManagedServer(entry.managed_server, on_restart=restarts.labels(entry.model_name).inc)
+                for entry in entries]
+
+    @property
+    def starting(self) -> bool:
+        """True until every managed server has been started once (or one failed to)."""
+        return not self.started or (self._starting is not None and not self._starting.done())
 
     async def _start_managed(self) -> None:
         for server in self.managed:
@@ -136,11 +159,16 @@ async def liveliness() -> dict[str, str]:
 @router.get("/health/readiness")
 async def readiness(request: Request) -> JSONResponse:
     gateway = state(request)
-    if gateway.ready:
+    problems = gateway.problems()
+    if gateway.started and not problems:
         return JSONResponse({"status": "ready"})
     if gateway.failure:
-        return JSONResponse({"status": "failed", "error": gateway.failure}, status_code=503)
-    return JSONResponse({"status": "starting"}, status_code=503)
+        body = {"status": "failed", "error": gateway.failure, "problems": problems}
+    elif gateway.starting:
+        body = {"status": "starting", "problems": problems}
+    else:
+        body = {"status": "unavailable", "problems": problems}
+    return JSONResponse(body, status_code=503)
 
 
 @router.get("/metrics")

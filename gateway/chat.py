@@ -16,7 +16,7 @@ from typing import Any
 from gateway import upstream
 from gateway.compression import Compressor, Outcome, Router
 from gateway.config import GatewayConfig, ModelEntry, max_input_tokens
-from gateway.errors import ModelNotFound
+from gateway.errors import ModelNotFound, ModelUnavailable, UpstreamError
 from gateway.metrics import Metrics
 from gateway.policy import Control, Target
 
@@ -51,6 +51,7 @@ class ChatService:
     config: GatewayConfig
     compressor: Compressor
     metrics: Metrics
+    managed: dict[str, Any] = field(default_factory=dict)  # model_name -> its ManagedServer
 
     def __post_init__(self) -> None:
         default = self.config.general_settings.default_max_input_tokens
@@ -68,6 +69,7 @@ class ChatService:
     async def run(self, call: ChatCall) -> ChatReply:
         started = time.perf_counter()
         entry = self.entry(call.model)
+        self.check_available(entry.model_name)
         settings = self.settings[entry.model_name]
         target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(call.params, settings))
         outcome = await self.compressor.prepare(
@@ -75,7 +77,22 @@ class ChatService:
             control=call.control, router=self.routers.get(settings.router_model or entry.model_name),
         )
         self._record(entry.model_name, outcome, started)
-        return await self._forward(entry, call, outcome)
+        try:
+            return await self._forward(entry, call, outcome)
+        except UpstreamError as exc:
+            if exc.code == "upstream_connection_error":  # did its managed server just die?
+                self.check_available(entry.model_name)
+            raise
+
+    def check_available(self, model_name: str) -> None:
+        """Raise 503 + Retry-After while the model's managed server is not answering."""
+        server = self.managed.get(model_name)
+        if server is None or server.ready:
+            return
+        problem = getattr(server, "problem", None) or "managed server not ready"
+        retry = str(getattr(server, "retry_after", 1))
+        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
+                               f"retry in {retry} s.", headers={"Retry-After": retry})
 
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,

@@ -74,3 +74,11 @@ class UpstreamError(GatewayError):
 
     status_code = 502
     error_type = "api_error"
+
+
+class ModelUnavailable(GatewayError):
+    """The model's own server is down (starting or restarting); retrying later helps."""
+
+    status_code = 503
+    error_type = "api_error"
+    code = "model_unavailable"

@@ -17,6 +17,11 @@ Keys other than the ones this module reads (``kind``, ``model_path``, ``port``,
 ``startup_timeout``) are passed on as ``--key value`` options of
 ``llama_cpp.server`` (``n_ctx``, ``n_threads``, ``n_batch``, ``chat_format``, ...).
 
+Once it has answered, the server is supervised: if its process exits, it is started again after
+1 s, 2 s, 4 s ... (at most 30 s; the delay starts over once a run has lasted a minute), and
+:attr:`ManagedServer.problem` says what is wrong meanwhile. :meth:`ManagedServer.stop` ends the
+supervision before the process, so shutting down never restarts it.
+
 The child's output is kept in memory only (its last lines go into the error when
 it fails to start); nothing it prints is logged, so no prompt text reaches the
 gateway's logs.
@@ -29,11 +34,12 @@ import collections
 import contextlib
 import importlib.util
 import logging
+import math
 import os
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +53,9 @@ HOST = "127.0.0.1"
 KINDS = ("llama_cpp",)
 DEFAULT_STARTUP_TIMEOUT = 120.0
 STOP_GRACE_SECONDS = 5.0
+BACKOFF_FIRST = 1.0  # seconds before the first restart; doubles per failed attempt
+BACKOFF_CAP = 30.0
+STABLE_AFTER = 60.0  # a run this long resets the backoff
 _POLL_SECONDS = 0.2
 _TAIL_LINES = 40
 _OWN_KEYS = frozenset({"kind", "model_path", "port", "startup_timeout"})
@@ -116,7 +125,7 @@ def _option(value: Any) -> str:
 class ManagedServer:
     """A local OpenAI-compatible model server run as a child process of the gateway."""
 
-    def __init__(self, settings: Mapping[str, Any]) -> None:
+    def __init__(self, settings: Mapping[str, Any], *, on_restart: Callable[[], None] | None = None) -> None:
         settings = dict(settings)
         kind = settings.get("kind", "llama_cpp")
         if kind not in KINDS:
@@ -146,6 +155,12 @@ class ManagedServer:
         self._drain: asyncio.Task[None] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self._ready = False
+        self._on_restart = on_restart
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._state = "not started"  # what `problem` reports while not ready
+        self.restarts = 0  # relaunches after the process exited
+        self._next_attempt = 0.0  # time.monotonic() of the next restart
 
     @property
     def base_url(self) -> str:
@@ -156,6 +171,20 @@ class ManagedServer:
     def ready(self) -> bool:
         """True once ``/v1/models`` has answered and while the process is still running."""
         return self._ready and self._process is not None and self._process.returncode is None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the server cannot answer now (None when it can), e.g. ``managed server restarting ...``."""
+        if self.ready:
+            return None
+        if self._ready and self._process is not None:  # exited; the supervisor has not reacted yet
+            return f"managed server exited (exit code {self._process.returncode})"
+        return f"managed server {self._state}"
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds a client should wait before trying again."""
+        return max(1, math.ceil(self._next_attempt - time.monotonic()) + 1)
 
     def command(self) -> list[str]:
         """The argv that starts the server (resolves ``model_path``; raises if it is missing)."""
@@ -177,7 +206,20 @@ class ManagedServer:
                 f"running? Stop it or change managed_server.port (and litellm_params.api_base)"
             )
         logger.info("starting %s model server on %s (model %s)", self.kind, self.base_url, model)
+        self._state = "starting"
+        self._stopping = False
+        try:
+            await self._launch(argv)
+        except BaseException:
+            self._state = "failed to start"
+            await self.stop()
+            raise
+        self._supervisor = asyncio.create_task(self._supervise(argv))
+
+    async def _launch(self, argv: list[str]) -> None:
+        """Start the process and wait until it answers; the caller stops it if this raises."""
         began = time.monotonic()
+        self._tail.clear()
         self._process = await asyncio.create_subprocess_exec(
             *argv,
             env=self._environment(),
@@ -186,13 +228,48 @@ class ManagedServer:
             stderr=asyncio.subprocess.STDOUT,
         )
         self._drain = asyncio.create_task(self._keep_tail(self._process.stdout))
-        try:
-            await self._wait_until_answering()
-        except BaseException:
-            await self.stop()
-            raise
+        await self._wait_until_answering()
         self._ready = True
         logger.info("model server on %s ready after %.1f s", self.base_url, time.monotonic() - began)
+
+    async def _supervise(self, argv: list[str]) -> None:
+        """Restart the process whenever it exits, with exponential backoff, until ``stop``."""
+        attempt = 0
+        while not self._stopping:
+            assert self._process is not None
+            up_since = time.monotonic()
+            code = await self._process.wait()
+            if self._stopping:
+                return
+            self._ready = False
+            attempt = 1 if time.monotonic() - up_since >= STABLE_AFTER else attempt + 1
+            while not self._stopping:
+                delay = min(BACKOFF_FIRST * 2 ** (attempt - 1), BACKOFF_CAP)
+                self._state = f"restarting (exit code {code}), attempt {attempt}"
+                logger.warning("model server on port %d exited with code %s; restart %d in %.1f s",
+                               self.port, code, attempt, delay)
+                self._next_attempt = time.monotonic() + delay
+                await self._discard_process()
+                await asyncio.sleep(delay)
+                self.restarts += 1
+                if self._on_restart is not None:
+                    self._on_restart()
+                try:
+                    await self._launch(argv)
+                    break
+                except Exception as exc:  # keep supervising: a later attempt may well succeed
+                    code = self._process.returncode if self._process is not None else None
+                    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+                    logger.warning("restarting the model server failed: %s", reason)
+                    attempt += 1
+
+    async def _discard_process(self) -> None:
+        """Stop what is left of the last run (a process that never answered, its output reader)."""
+        await self._terminate(self._process)
+        drain, self._drain = self._drain, None
+        if drain is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(drain, 1.0)
 
     def _environment(self) -> dict[str, str]:
         # llama_cpp.server reads its server settings from the environment too (any case), and
@@ -202,24 +279,37 @@ class ManagedServer:
         return {**env, "HOST": HOST, "PORT": str(self.port)}
 
     async def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after a grace period). Safe to call twice."""
+        """End supervision, then terminate the server (SIGTERM, then SIGKILL after a grace period).
+        Safe to call twice."""
+        self._stopping = True
         self._ready = False
+        if self._state != "failed to start":
+            self._state = "stopped"
+        supervisor, self._supervisor = self._supervisor, None
+        if supervisor is not None and supervisor is not asyncio.current_task():
+            supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervisor
         process, self._process = self._process, None
-        if process is not None and process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-            try:
-                await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
-            except TimeoutError:
-                logger.warning("model server on port %d ignored SIGTERM; killing it", self.port)
-                with contextlib.suppress(ProcessLookupError):
-                    process.kill()
-                await process.wait()
+        await self._terminate(process)
         drain, self._drain = self._drain, None
         if drain is not None:
             # The pipe closes when the child exits; the wait only covers a grandchild holding it open.
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(drain, 1.0)
+
+    async def _terminate(self, process: asyncio.subprocess.Process | None) -> None:
+        if process is None or process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
+        except TimeoutError:
+            logger.warning("model server on port %d ignored SIGTERM; killing it", self.port)
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
 
     async def _keep_tail(self, stream: asyncio.StreamReader | None) -> None:
         # The child's output must be read continuously or it blocks once the pipe fills.

@@ -39,6 +39,9 @@ class Metrics:
                                     ["model"], registry=r)
         self.compression_seconds = Histogram("mixpr_compression_seconds", "Time spent compressing a prompt",
                                              ["model"], buckets=COMPRESSION_BUCKETS, registry=r)
+        self.managed_restarts = Counter("mixpr_managed_server_restarts",
+                                        "Relaunches of a managed model server after its process exited",
+                                        ["model"], registry=r)
 
     def record_chat(self, model: str, action: str, original: int, final: int, route: str | None,
                     compress_ms: float | None) -> None:

@@ -22,7 +22,7 @@ class FakeManagedServer:
     instances: list[FakeManagedServer] = []
     fail_with: str | None = None
 
-    def __init__(self, settings: dict[str, Any]) -> None:
+    def __init__(self, settings: dict[str, Any], *, on_restart: Any = None) -> None:
         self.settings = settings
         self.release = threading.Event()
         self.ready = False
@@ -75,7 +75,8 @@ def test_readiness_waits_for_managed_servers(fake_managed: type[FakeManagedServe
         assert managed.settings == MANAGED
         live = httpx.get(server.url + "/health/liveliness")
         ready = httpx.get(server.url + "/health/readiness")
-        assert (live.status_code, ready.status_code, ready.json()) == (200, 503, {"status": "starting"})
+        assert (live.status_code, ready.status_code, ready.json()) == (
+            200, 503, {"status": "starting", "problems": ["model 'local': managed server not ready"]})
         managed.release.set()
         _wait_for(lambda: httpx.get(server.url + "/health/readiness").status_code == 200)
     finally:
@@ -91,6 +92,7 @@ def test_a_managed_server_that_fails_is_reported(fake_managed: type[FakeManagedS
         _wait_for(lambda: httpx.get(server.url + "/health/readiness").json()["status"] != "starting")
         ready = httpx.get(server.url + "/health/readiness")
         assert (ready.status_code, ready.json()) == (
-            503, {"status": "failed", "error": "RuntimeError: model file not found"})
+            503, {"status": "failed", "error": "RuntimeError: model file not found",
+                  "problems": ["model 'local': managed server not ready"]})
     finally:
         server.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -17,9 +18,12 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import pytest
+from conftest import ServerThread
 
-from gateway import local_model
+from gateway import create_app, local_model
+from gateway.config import parse_config
 from gateway.local_model import ManagedServer, ManagedServerError, resolve_model_path
 
 FAKE_SERVER = textwrap.dedent(
@@ -40,6 +44,12 @@ FAKE_SERVER = textwrap.dedent(
         sys.exit("server settings leaked through the environment")
     mode = os.environ.get("FAKE_LLAMA_MODE", "ok")
     print("loading model", args.model, flush=True)
+    launches = os.environ.get("FAKE_LLAMA_LAUNCHES")
+    if launches:
+        with open(launches, "a") as f:
+            f.write(f"{time.monotonic()}\\n")
+        if mode == "crash_on_restart" and len(open(launches).read().split()) > 1:
+            sys.exit(4)
     if mode == "crash":
         print("error: unsupported model file", flush=True)
         sys.exit(3)
@@ -53,6 +63,20 @@ FAKE_SERVER = textwrap.dedent(
         def do_GET(self):
             body = json.dumps({"object": "list", "data": [{"id": args.model, "object": "model"}]}).encode()
             self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({
+                "id": "chatcmpl-local", "object": "chat.completion", "created": 0, "model": "local",
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": "local says hi"}}],
+                "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
+            }).encode()
+            self.send_response(200 if self.path == "/v1/chat/completions" else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -260,3 +284,129 @@ def test_bad_settings_are_rejected_with_a_clear_message(bad, message):
 
 def test_base_url_is_loopback():
     assert ManagedServer({"model_path": "m.gguf", "port": 4001}).base_url == "http://127.0.0.1:4001/v1"
+
+
+# -- supervision: a server that dies after it started is started again ---------------------------
+
+
+async def _until(condition, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_killed_server_is_restarted(fake_llama, model_file):
+    restarts = []
+    server = ManagedServer(settings(model_file), on_restart=lambda: restarts.append(1))
+    await server.start()
+    try:
+        first = server._process.pid
+        os.kill(first, signal.SIGKILL)
+        await _until(lambda: not server.ready)
+        await _until(lambda: server.problem and "restarting" in server.problem)
+        assert server.problem == "managed server restarting (exit code -9), attempt 1"
+        assert not port_open(server.port)
+        await _until(lambda: server.ready)
+        assert server._process.pid != first and port_open(server.port)
+        assert (server.problem, server.restarts, restarts) == (None, 1, [1])
+    finally:
+        await server.stop()
+    assert not port_open(server.port)
+
+
+async def test_a_crash_loop_backs_off_and_stop_ends_it(fake_llama, model_file, tmp_path, monkeypatch):
+    launches = tmp_path / "launches"
+    monkeypatch.setenv("FAKE_LLAMA_LAUNCHES", str(launches))
+    monkeypatch.setenv("FAKE_LLAMA_MODE", "crash_on_restart")
+    monkeypatch.setattr(local_model, "BACKOFF_FIRST", 0.2)
+    server = ManagedServer(settings(model_file))
+    await server.start()
+    os.kill(server._process.pid, signal.SIGKILL)
+    await _until(lambda: len(launches.read_text().split()) >= 5)
+    assert server.problem.startswith("managed server restarting (exit code 4), attempt ")
+    await server.stop()
+    times = [float(t) for t in launches.read_text().split()]
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    # Restarts 2, 3, 4 come 0.4, 0.8, 1.6 s after the one before (plus a launch): no tight loop.
+    assert all(gap >= 0.2 * 2 ** (i + 1) * 0.95 for i, gap in enumerate(gaps[1:])), gaps
+    assert server.problem == "managed server stopped"
+    count = len(times)
+    await asyncio.sleep(1.0)
+    assert len(launches.read_text().split()) == count  # nothing restarts it after stop
+
+
+@pytest.mark.parametrize(("stable_after", "second_attempt"), [(0.5, 1), (60.0, 2)])
+async def test_the_backoff_starts_over_after_a_stable_run(
+    fake_llama, model_file, monkeypatch, stable_after, second_attempt
+):
+    monkeypatch.setattr(local_model, "STABLE_AFTER", stable_after)
+    monkeypatch.setattr(local_model, "BACKOFF_FIRST", 0.1)
+    server = ManagedServer(settings(model_file))
+    await server.start()
+    try:
+        os.kill(server._process.pid, signal.SIGKILL)
+        await _until(lambda: not server.ready)
+        await _until(lambda: server.ready)
+        await asyncio.sleep(0.6)
+        os.kill(server._process.pid, signal.SIGKILL)
+        await _until(lambda: server.problem and "restarting" in server.problem)
+        assert server.problem.endswith(f"attempt {second_attempt}")
+    finally:
+        await server.stop()
+
+
+async def test_stopping_never_restarts(fake_llama, model_file, tmp_path, monkeypatch):
+    launches = tmp_path / "launches"
+    monkeypatch.setenv("FAKE_LLAMA_LAUNCHES", str(launches))
+    monkeypatch.setattr(local_model, "BACKOFF_FIRST", 0.05)
+    server = ManagedServer(settings(model_file))
+    await server.start()
+    await server.stop()
+    await asyncio.sleep(0.5)
+    assert len(launches.read_text().split()) == 1 and server.restarts == 0
+    assert not port_open(server.port)
+
+
+def test_the_gateway_answers_503_while_its_model_restarts(fake_llama, model_file):
+    config = parse_config({
+        "model_list": [{"model_name": "local",
+                        "litellm_params": {"model": "openai/local", "api_key": "none",
+                                           "api_base": f"http://127.0.0.1:{(port := free_port())}/v1"},
+                        "managed_server": {"model_path": str(model_file), "port": port}}],
+        "mixpr_settings": {"router": "heuristic"},
+        "general_settings": {"compression_executor": "thread"},
+    })
+    app = create_app(config)
+    gateway = ServerThread(app).start()
+    chat = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        with httpx.Client(base_url=gateway.url, timeout=10) as http:
+            _wait(lambda: http.get("/health/readiness").status_code == 200)
+            answer = http.post("/v1/chat/completions", json=chat).json()
+            assert answer["choices"][0]["message"]["content"] == "local says hi"
+            [managed] = app.state.gateway.managed
+            os.kill(managed._process.pid, signal.SIGKILL)
+            _wait(lambda: http.get("/health/readiness").status_code == 503)
+            ready = http.get("/health/readiness").json()
+            assert ready["status"] == "unavailable"
+            assert ready["problems"][0].startswith("model 'local': managed server ")
+            down = http.post("/v1/chat/completions", json=chat)
+            assert down.status_code == 503 and int(down.headers["retry-after"]) >= 1
+            error = down.json()["error"]
+            assert (error["type"], error["code"]) == ("api_error", "model_unavailable")
+            assert "The model `local` is unavailable right now" in error["message"]
+            _wait(lambda: http.get("/health/readiness").status_code == 200)
+            assert http.post("/v1/chat/completions", json=chat).status_code == 200
+            metrics = http.get("/metrics").text
+            assert 'mixpr_managed_server_restarts_total{model="local"} 1.0' in metrics
+    finally:
+        gateway.stop()
+    assert not port_open(port)
+
+
+def _wait(condition, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
