@@ -39,6 +39,14 @@ class Metrics:
                                     ["model"], registry=r)
         self.compression_seconds = Histogram("mixpr_compression_seconds", "Time spent compressing a prompt",
                                              ["model"], buckets=COMPRESSION_BUCKETS, registry=r)
+        self.worker_restarts = Counter("mixpr_compression_worker_restarts",
+                                       "Compression workers replaced, by why (crash, timeout)",
+                                       ["reason"], registry=r)
+        self.compression_failures = Counter("mixpr_compression_failures",
+                                            "Compressions that failed, by cause (crash, timeout, "
+                                            "unavailable, error)", ["cause"], registry=r)
+        self.shed = Counter("mixpr_requests_shed", "Requests refused by admission control, by limit "
+                            "(compression_queue, body_bytes)", ["limit"], registry=r)
 
     def record_chat(self, model: str, action: str, original: int, final: int, route: str | None,
                     compress_ms: float | None) -> None:
