@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse
 
+from gateway.admission import BodyBytesMiddleware, Gate
 from gateway.api import openai_chat
 from gateway.api.common import authorize, state
 from gateway.chat import ChatService
@@ -37,6 +38,7 @@ class GatewayState:
         self.chat: ChatService | None = None
         self.managed: list[Any] = []
         self.managed_names: list[str] = []  # model_name of each entry of ``managed``
+        self.body_bytes = Gate(config.general_settings.max_inflight_body_bytes)
         self.started = False
         self.failure: str | None = None  # why a managed server did not come up
         self._starting: asyncio.Task[None] | None = None
@@ -52,6 +54,8 @@ class GatewayState:
             if not server.ready:
                 problem = getattr(server, "problem", None) or "managed server not ready"
                 found.append(f"model {name!r}: {problem}")
+        if self.chat is not None:
+            found += self.chat.compressor.workers.problems()
         return found
 
     @property
@@ -61,8 +65,10 @@ class GatewayState:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
-        workers = Workers(workers=general.compression_workers, executor=general.compression_executor)
-        compressor = Compressor(workers, route_cache_size=general.route_cache_size)
+        workers = Workers(workers=general.compression_workers, executor=general.compression_executor,
+                          timeout_s=general.compression_timeout_s, metrics=self.metrics)
+        compressor = Compressor(workers, route_cache_size=general.route_cache_size,
+                                max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
         defaults = self.config.mixpr_settings
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
@@ -129,6 +135,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.include_router(openai_chat.router)
     app.include_router(router)
     _register_error_handlers(app)
+    app.add_middleware(BodyBytesMiddleware, gate=state.body_bytes,
+                       on_shed=state.metrics.shed.labels("body_bytes").inc)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app
 

@@ -4,6 +4,12 @@ The auto router needs an LLM answer from inside the job: the job calls ``litellm
 itself (synchronously, in the worker) with the router model's settings. Decisions are cached in
 the gateway by a hash of the model and the text, and a cached route is passed back in as forced.
 The pool itself is ``gateway.workers``; when and how much to compress is ``gateway.policy``.
+
+A request takes a place in the compression queue at its first pool job, counting included: a
+count of a huge text waits behind compressions for the same workers and holds the same 4 MB, so
+it is admitted like one (short texts are counted on the loop and never queue). When the pool
+fails (a worker crashed twice, a job timed out), the original prompt goes out if it fits, else a
+503 ``compression_unavailable``: a server fault is never the client's 400.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import collections
 import functools
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -21,10 +28,11 @@ from typing import Any
 
 import mixpr
 from gateway import conversation, policy
+from gateway.admission import Gate, queue_full
 from gateway.config import MixprSettings
-from gateway.errors import ContextLengthExceeded
+from gateway.errors import CompressionUnavailable, ContextLengthExceeded, Overloaded
 from gateway.policy import Control, Target
-from gateway.workers import Workers
+from gateway.workers import JobFailed, Workers
 from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.compression")
@@ -35,6 +43,10 @@ INLINE_COUNT_CHARS = 200_000  # shorter texts are counted on the loop: a pool ho
 CHARS_PER_TOKEN_CEILING = 16
 MAX_ATTEMPTS = 3  # compress, recount, shrink the budget and retry when the result does not fit
 SHRINK_MARGIN = 0.9
+UNAVAILABLE_RETRY_AFTER_S = 5  # a replacement worker takes a few seconds to start
+TEST_HOLD_ENV = "MIXPR_TEST_HOLD_JOBS_WHILE"  # test-only: compress jobs wait while this file exists
+FAILURES = {"crash": "a compression worker crashed", "timeout": "compressing took longer than "
+            "compression_timeout_s", "unavailable": "no compression worker could be started"}
 
 
 
@@ -60,8 +72,12 @@ class Outcome:
 class Compressor:
     """The router cache, and the decision of what reaches the upstream; jobs run on ``workers``."""
 
-    def __init__(self, workers: Workers, *, route_cache_size: int) -> None:
+    def __init__(self, workers: Workers, *, route_cache_size: int, max_queued: int | None = None,
+                 metrics: Any = None) -> None:
         self.workers = workers
+        queued = 4 * workers.size if max_queued is None else max_queued
+        self.queue = Gate(workers.size + queued)  # requests being compressed or waiting for a worker
+        self.metrics = metrics
         self._cache = _LruCache(route_cache_size)
         # Router decisions being made right now, by content key: an identical request waits for
         # the first one's answer instead of asking the router model again.
@@ -72,9 +88,6 @@ class Compressor:
 
     def close(self) -> None:
         self.workers.close()
-
-    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        return await self.workers.run(fn, *args, **kwargs)
 
     async def prepare(
         self,
@@ -87,31 +100,60 @@ class Compressor:
         router: Router | None,
     ) -> Outcome:
         """The messages to forward: unchanged below the trigger, else compressed to fit."""
+        pool = _Ticket(self)
+        try:
+            return await self._prepare(pool, messages, tools, target, settings, control, router)
+        except JobFailed as exc:  # counting failed, so whether the original fits is unknown
+            self._failed(exc.cause)
+            raise _unavailable(exc.cause, None, target) from exc
+        finally:
+            pool.release()
+
+    async def _prepare(
+        self,
+        pool: _Ticket,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        target: Target,
+        settings: MixprSettings,
+        control: Control,
+        router: Router | None,
+    ) -> Outcome:
         conv = conversation.split(messages)
-        fixed = await self._count(conv.verbatim_text, target.model)  # a huge system prompt happens
+        fixed = await self._count(pool, conv.verbatim_text, target.model)  # a huge system prompt happens
         fixed += conversation.overhead_tokens(conv, target.model, tools)
         threshold = policy.threshold(target, settings, control)
         stream_tokens: int | None = None
         # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
         # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
         if threshold is None or len(conv.text) <= CHARS_PER_TOKEN_CEILING * threshold:
-            stream_tokens = await self._count(conv.text, target.model)
+            stream_tokens = await self._count(pool, conv.text, target.model)
             if threshold is None or stream_tokens + fixed <= threshold:
                 total = stream_tokens + fixed
                 return Outcome(messages, "passthrough", total, total)
         try:
             counts = (stream_tokens, fixed)
-            return await self._compress(conv, counts, target, settings, control, router)
-        except ContextLengthExceeded:
+            return await self._compress(pool, conv, counts, target, settings, control, router)
+        except (ContextLengthExceeded, Overloaded):
             raise
-        except Exception as exc:  # a bug or a pathological text must not cost the user an answer
-            log.warning("compression failed (%s); deciding whether the original fits", type(exc).__name__)
+        except Exception as exc:  # a bug, a pathological text or a dead worker must not cost an answer
+            cause = exc.cause if isinstance(exc, JobFailed) else "error"
+            self._failed(cause)
+            log.warning("compression failed (%s, %s); deciding whether the original fits",
+                        cause, type(exc).__name__)
             log.debug("traceback", exc_info=exc)
-            if stream_tokens is None:
-                stream_tokens = await self._count(conv.text, target.model)
-            total = stream_tokens + fixed
-            if total <= target.limit:
+            # Over this many characters it cannot fit: no need to count (and the pool may be down).
+            if stream_tokens is None and len(conv.text) <= CHARS_PER_TOKEN_CEILING * target.limit:
+                stream_tokens = await self._count(pool, conv.text, target.model)
+            if stream_tokens is not None and stream_tokens + fixed <= target.limit:
+                total = stream_tokens + fixed
                 return Outcome(messages, "passthrough", total, total)
+            if isinstance(exc, JobFailed):
+                total = stream_tokens + fixed if stream_tokens is not None else None
+                raise _unavailable(exc.cause, total, target) from exc
+            if stream_tokens is None:
+                stream_tokens = await self._count(pool, conv.text, target.model)
+            total = stream_tokens + fixed
             raise ContextLengthExceeded(
                 f"The prompt is {total} tokens but the model accepts {target.window} "
                 f"(with {target.reserve} kept for the reply), and compressing it failed "
@@ -119,13 +161,18 @@ class Compressor:
                 param="messages",
             ) from exc
 
-    async def _count(self, text: str, model: str) -> int:
+    async def _count(self, pool: _Ticket, text: str, model: str) -> int:
         if len(text) < INLINE_COUNT_CHARS:
             return count_tokens(text, model)
-        return await self.run(count_tokens, text, model)
+        return await pool.run(count_tokens, text, model)
+
+    def _failed(self, cause: str) -> None:
+        if self.metrics is not None:
+            self.metrics.compression_failures.labels(cause).inc()
 
     async def _compress(
         self,
+        pool: _Ticket,
         conv: conversation.Conversation,
         counts: tuple[int | None, int],
         target: Target,
@@ -144,7 +191,7 @@ class Compressor:
         if asking:
             self._deciding[asking] = asyncio.get_running_loop().create_future()
         try:
-            return await self._fit(conv, stream_tokens, fixed, budget, route, key, target,
+            return await self._fit(pool, conv, stream_tokens, fixed, budget, route, key, target,
                                    settings, router)
         finally:
             if asking:
@@ -159,6 +206,7 @@ class Compressor:
 
     async def _fit(
         self,
+        pool: _Ticket,
         conv: conversation.Conversation,
         stream_tokens: int | None,
         fixed: int,
@@ -172,7 +220,7 @@ class Compressor:
         """Compress, recount, and shrink the budget until the rebuilt messages fit the window."""
         started = time.perf_counter()
         for _ in range(MAX_ATTEMPTS):
-            spans, stats = await self.run(
+            spans, stats = await pool.run(
                 compress_job, conv.text, budget_tokens=budget, route=route, method=settings.method,
                 model=target.model, boundaries=conv.boundaries, original_tokens=stream_tokens,
                 router=router if route == "auto" else None,
@@ -205,6 +253,39 @@ class Compressor:
         return await loop.run_in_executor(None, _route_key, router.name, text)
 
 
+class _Ticket:
+    """One request's place in the compression queue: taken at its first pool job, or refused."""
+
+    def __init__(self, compressor: Compressor) -> None:
+        self._compressor = compressor
+        self._admitted = False
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        compressor = self._compressor
+        if not self._admitted:
+            if not compressor.queue.try_take(1):
+                if compressor.metrics is not None:
+                    compressor.metrics.shed.labels("compression_queue").inc()
+                raise queue_full()
+            self._admitted = True
+        return await compressor.workers.run(fn, *args, **kwargs)
+
+    def release(self) -> None:
+        if self._admitted:
+            self._compressor.queue.give_back(1)
+            self._admitted = False
+
+
+def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUnavailable:
+    size = f"the original prompt ({total} tokens)" if total is not None else "the original prompt"
+    return CompressionUnavailable(
+        f"Compressing the prompt failed on the server ({FAILURES.get(cause, cause)}), and {size} does "
+        f"not fit the model's {target.window} tokens (with {target.reserve} kept for the reply), so "
+        f"it was not sent. Retry shortly.",
+        retry_after=UNAVAILABLE_RETRY_AFTER_S,
+    )
+
+
 def _route_key(name: str, text: str) -> str:
     return hashlib.sha256(name.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -222,10 +303,19 @@ def compress_job(
     original_tokens: int, router: Router | None,
 ) -> tuple[list[tuple[int, int]], dict[str, Any]]:
     """One MixPR call, in a worker; picklable arguments in, spans and stats out."""
+    _hold_for_tests()
     ask = functools.partial(_ask_router, router) if router else None
     result = mixpr.compress(text, budget_tokens=budget_tokens, route=route, ask_llm=ask, method=method,
                             model=model, boundaries=boundaries, original_tokens=original_tokens)
     return result.spans, result.stats
+
+
+def _hold_for_tests() -> None:
+    """Test-only (the variable is never set in production): wait while the named file exists, so a
+    test can hold a job on its worker and kill it, time it out or fill the queue behind it."""
+    path = os.environ.get(TEST_HOLD_ENV)
+    while path and os.path.exists(path):
+        time.sleep(0.02)
 
 
 def _ask_router(router: Router, prompt: str) -> str:

@@ -107,6 +107,26 @@ class GeneralSettings(_Strict):
     request_timeout_s: float = Field(600.0, gt=0)  # upstream timeout unless litellm_params sets one
     default_max_input_tokens: int = Field(DEFAULT_MAX_INPUT_TOKENS, ge=1)
     route_cache_size: int = Field(4096, ge=0)
+    # A job past this is abandoned (its worker killed and replaced); the request fails open.
+    compression_timeout_s: float = Field(30.0, gt=0)
+    # Requests that may wait for a compression worker beyond those being compressed; null: 4 x workers.
+    max_queued_compressions: int | None = Field(None, ge=0)
+    # Request bodies held in memory at once, across requests; past it new requests get a 503.
+    max_inflight_body_bytes: int = Field(512 * 1024 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> GeneralSettings:
+        if self.max_inflight_body_bytes < self.max_body_bytes:
+            raise ValueError("max_inflight_body_bytes must be at least max_body_bytes, or a request "
+                             "of the largest allowed size could never be admitted")
+        return self
+
+    @property
+    def queued_compressions(self) -> int:
+        """``max_queued_compressions``, with its default of four per worker resolved."""
+        if self.max_queued_compressions is None:
+            return 4 * self.compression_workers
+        return self.max_queued_compressions
 
 
 class GatewayConfig(_Strict):

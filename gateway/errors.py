@@ -82,3 +82,25 @@ class ModelUnavailable(GatewayError):
     status_code = 503
     error_type = "api_error"
     code = "model_unavailable"
+
+
+class ServiceUnavailable(GatewayError):
+    """A server-side condition a retry can get past; ``retry_after`` seconds go in Retry-After."""
+
+    status_code = 503
+    error_type = "api_error"
+
+    def __init__(self, message: str, *, retry_after: int, **kwargs: Any) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after)}, **kwargs)
+
+
+class Overloaded(ServiceUnavailable):
+    """Shed by admission control: the compression queue or the request bodies in memory are full."""
+
+    code = "overloaded"
+
+
+class CompressionUnavailable(ServiceUnavailable):
+    """Compressing failed on the server (a worker crashed or timed out) and the original does not fit."""
+
+    code = "compression_unavailable"

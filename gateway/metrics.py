@@ -42,6 +42,14 @@ class Metrics:
         self.managed_restarts = Counter("mixpr_managed_server_restarts",
                                         "Relaunches of a managed model server after its process exited",
                                         ["model"], registry=r)
+        self.worker_restarts = Counter("mixpr_compression_worker_restarts",
+                                       "Compression workers replaced, by why (crash, timeout)",
+                                       ["reason"], registry=r)
+        self.compression_failures = Counter("mixpr_compression_failures",
+                                            "Compressions that failed, by cause (crash, timeout, "
+                                            "unavailable, error)", ["cause"], registry=r)
+        self.shed = Counter("mixpr_requests_shed", "Requests refused by admission control, by limit "
+                            "(compression_queue, body_bytes)", ["limit"], registry=r)
 
     def record_chat(self, model: str, action: str, original: int, final: int, route: str | None,
                     compress_ms: float | None) -> None:

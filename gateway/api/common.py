@@ -9,6 +9,7 @@ from typing import Any
 
 from fastapi import Request
 
+from gateway.admission import held_bytes
 from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
 from gateway.policy import Control
 from mixpr import ROUTES
@@ -36,15 +37,25 @@ def authorize(request: Request) -> None:
 
 
 async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, refusing bodies over ``limit`` bytes before reading them whole."""
+    """The request body as JSON, refusing bodies over ``limit`` bytes before reading them whole.
+
+    Its bytes count toward the gateway's ``max_inflight_body_bytes`` (until the response is sent):
+    the declared length is reserved before reading, so a refusal costs no read; a body without one
+    is counted chunk by chunk.
+    """
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
+    held = held_bytes(request.scope)
+    if held is not None and declared.isdigit():
+        held.take(int(declared))
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
             raise _too_large(limit)
+        if held is not None and not declared.isdigit():
+            held.take(len(chunk))
         chunks.append(chunk)
     try:
         return json.loads(b"".join(chunks))
