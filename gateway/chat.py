@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway import upstream
+from gateway import self_route, upstream
 from gateway.compression import Compressor, Outcome, Router
-from gateway.config import GatewayConfig, ModelEntry, max_input_tokens
+from gateway.config import GatewayConfig, MixprSettings, ModelEntry, max_input_tokens
 from gateway.errors import ModelNotFound, ModelUnavailable, UpstreamError
 from gateway.metrics import Metrics
 from gateway.policy import Control, Target
@@ -71,14 +71,17 @@ class ChatService:
         entry = self.entry(call.model)
         self.check_available(entry.model_name)
         settings = self.settings[entry.model_name]
-        target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(call.params, settings))
-        outcome = await self.compressor.prepare(
-            call.messages, tools=call.params.get("tools"), target=target, settings=settings,
-            control=call.control, router=self.routers.get(settings.router_model or entry.model_name),
-        )
+        routed = self_route.eligible(call.params, settings)
+        added = self_route.INSTRUCTION_TOKENS if routed else 0
+        outcome = await self._prepare(entry, call, settings, call.control, added)
         self._record(entry.model_name, outcome, started)
         try:
-            return await self._forward(entry, call, outcome)
+            plan = None
+            if routed and outcome.action == "compressed":
+                plan = self_route.escalation(entry.model_name, settings, outcome, call.control)
+            if plan is None:  # not compressed, or nothing larger to escalate to: ask as usual
+                return await self._forward(entry, call, outcome)
+            return await self._self_routed(entry, call, outcome, plan)
         except UpstreamError as exc:
             if exc.code == "upstream_connection_error":  # did its managed server just die?
                 self.check_available(entry.model_name)
@@ -93,6 +96,50 @@ class ChatService:
         retry = str(getattr(server, "retry_after", 1))
         raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
                                f"retry in {retry} s.", headers={"Retry-After": retry})
+
+    async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
+                       added: int = 0) -> Outcome:
+        asked = "max_completion_tokens" if call.params.get("max_completion_tokens") else (
+            "max_tokens" if call.params.get("max_tokens") else None)
+        target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(call.params, settings),
+                        asked, added)
+        return await self.compressor.prepare(
+            call.messages, tools=call.params.get("tools"), target=target, settings=settings,
+            control=control, router=self.routers.get(settings.router_model or entry.model_name),
+        )
+
+    async def _self_routed(self, entry: ModelEntry, call: ChatCall, outcome: Outcome,
+                           plan: self_route.Escalation) -> ChatReply:
+        """Ask with the instruction; on "unanswerable", escalate once (see ``gateway.self_route``).
+
+        Streaming holds back only the first chunks, until they can no longer spell "unanswerable",
+        and before the response starts: so the self-route headers, sent first, are always true.
+        """
+        asked = replace(outcome, messages=self_route.with_instruction(outcome.messages))
+        reply = await self._forward(entry, call, asked)
+        if reply.chunks is not None:
+            unanswerable, chunks = await self_route.hold_back(reply.chunks)
+            reply = replace(reply, chunks=chunks)
+        else:
+            unanswerable = self_route.is_unanswerable(_reply_text(reply.response))
+        if unanswerable:
+            return await self._escalate(entry, call, plan)
+        self.metrics.record_self_route(entry.model_name, self_route.ANSWERED)
+        return replace(reply, headers={**reply.headers, "x-mixpr-self-route": self_route.ANSWERED})
+
+    async def _escalate(self, entry: ModelEntry, call: ChatCall, plan: self_route.Escalation) -> ChatReply:
+        target = self.entry(plan.model)
+        settings = self.settings[plan.model]
+        if plan.fit_window:
+            settings = settings.model_copy(update={"compress_above_tokens": None})
+        outcome = await self._prepare(target, call, settings, plan.control)
+        name = entry.model_name
+        self.metrics.record_self_route(name, self_route.ESCALATED, plan.model, outcome.final_tokens)
+        log.info("self-route escalated model=%s to=%s action=%s tokens=%d->%d", name, plan.model,
+                 outcome.action, outcome.original_tokens, outcome.final_tokens)
+        reply = await self._forward(target, call, outcome)
+        return replace(reply, headers={**reply.headers, "x-mixpr-self-route": self_route.ESCALATED,
+                                       "x-mixpr-escalated-to": plan.model})
 
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
@@ -126,6 +173,11 @@ def _reserve(params: dict[str, Any], settings: Any) -> int:
     """Tokens kept free for the reply: what the client asked for, else the configured reserve."""
     asked = params.get("max_completion_tokens") or params.get("max_tokens")
     return int(asked) if asked else settings.completion_reserve_tokens
+
+
+def _reply_text(response: dict[str, Any] | None) -> str | None:
+    choices = (response or {}).get("choices") or [{}]
+    return (choices[0].get("message") or {}).get("content")
 
 
 def report_headers(outcome: Outcome) -> dict[str, str]:

@@ -67,6 +67,8 @@ class Outcome:
     final_tokens: int
     route: str | None = None
     compress_ms: float | None = None
+    budget: int | None = None  # what MixPR was asked to keep, and what the window left it
+    room: int | None = None
 
 
 class Compressor:
@@ -219,6 +221,7 @@ class Compressor:
     ) -> Outcome:
         """Compress, recount, and shrink the budget until the rebuilt messages fit the window."""
         started = time.perf_counter()
+        asked = budget
         for _ in range(MAX_ATTEMPTS):
             spans, stats = await pool.run(
                 compress_job, conv.text, budget_tokens=budget, route=route, method=settings.method,
@@ -235,7 +238,7 @@ class Compressor:
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
-                               elapsed)
+                               elapsed, asked, target.limit - fixed)
             budget = max(1, int(budget * target.limit / final * SHRINK_MARGIN))
         raise ContextLengthExceeded(
             f"The prompt is {stream_tokens + fixed} tokens and the model accepts {target.window} "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -21,6 +21,8 @@ log = logging.getLogger("gateway.config")
 ENV_PREFIX = "os.environ/"
 DEFAULT_MAX_INPUT_TOKENS = 8192  # when neither the config nor LiteLLM's model map knows the window
 Route = Literal["auto", "heuristic", "local", "global"]
+# "auto": keep what the window leaves, up to max_budget_tokens; a number: a cost budget.
+Budget = Annotated[int, Field(ge=16)] | Literal["auto"]
 
 
 class ConfigError(ValueError):
@@ -31,11 +33,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class SelfRoute(_Strict):
+    """Self-Route: the model may say the compressed prompt cannot answer; then escalate once."""
+
+    enabled: bool = False
+    fallback_model: str | None = None  # a model_name with a longer window; None: this model, 4x budget
+
+
+class SelfRouteOverrides(_Strict):
+    enabled: bool | None = None
+    fallback_model: str | None = None
+
+
 class MixprSettings(_Strict):
     """How and when prompts are compressed (global defaults; each model may override any key)."""
 
     compress_above_tokens: int | None = Field(None, ge=1)
-    budget_tokens: int = Field(4000, ge=16)
+    budget_tokens: Budget = "auto"
+    max_budget_tokens: int = Field(32000, ge=16)  # caps "auto": most models read worse past 32-64k
+    self_route: SelfRoute = SelfRoute()
     router: Route = "auto"
     router_model: str | None = None
     # Kept free for the answer when the client sends no max_tokens and the window decides.
@@ -48,7 +64,9 @@ class MixprOverrides(_Strict):
     """Per-model overrides: every key of :class:`MixprSettings`, all optional."""
 
     compress_above_tokens: int | None = Field(None, ge=1)
-    budget_tokens: int | None = Field(None, ge=16)
+    budget_tokens: Budget | None = None
+    max_budget_tokens: int | None = Field(None, ge=16)
+    self_route: SelfRouteOverrides | None = None
     router: Route | None = None
     router_model: str | None = None
     completion_reserve_tokens: int | None = Field(None, ge=0)
@@ -94,6 +112,8 @@ class ModelEntry(_Strict):
     def settings(self, defaults: MixprSettings) -> MixprSettings:
         """The global mixpr settings with this model's overrides applied."""
         overrides = self.mixpr.model_dump(exclude_unset=True)
+        if "self_route" in overrides:  # merged key by key: a model may only switch it on
+            overrides["self_route"] = defaults.self_route.model_copy(update=overrides["self_route"] or {})
         return defaults.model_copy(update=overrides)
 
 
@@ -144,6 +164,12 @@ class GatewayConfig(_Strict):
         unknown = sorted(r for r in routers - {None} if r not in names)
         if unknown:
             raise ValueError(f"router_model must name a model in model_list; unknown: {', '.join(unknown)}")
+        fallbacks = {self.mixpr_settings.self_route.fallback_model}
+        fallbacks |= {m.mixpr.self_route.fallback_model for m in self.model_list if m.mixpr.self_route}
+        unknown = sorted(f for f in fallbacks - {None} if f not in names)
+        if unknown:
+            raise ValueError("self_route.fallback_model must name a model in model_list; "
+                             f"unknown: {', '.join(unknown)}")
         return self
 
     def model(self, name: str) -> ModelEntry | None:

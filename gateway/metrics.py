@@ -50,6 +50,12 @@ class Metrics:
                                             "unavailable, error)", ["cause"], registry=r)
         self.shed = Counter("mixpr_requests_shed", "Requests refused by admission control, by limit "
                             "(compression_queue, body_bytes)", ["limit"], registry=r)
+        self.self_route = Counter("mixpr_self_route_requests", "Self-routed requests by outcome "
+                                  "(answered from the compressed prompt, or escalated)",
+                                  ["model", "outcome"], registry=r)
+        self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
+                                         "Prompt tokens sent upstream by Self-Route escalations",
+                                         ["model", "escalated_to"], registry=r)
 
     def record_chat(self, model: str, action: str, original: int, final: int, route: str | None,
                     compress_ms: float | None) -> None:
@@ -60,6 +66,12 @@ class Metrics:
             self.compressed.labels(model, route or "unknown").inc()
             self.tokens_saved.labels(model).inc(max(original - final, 0))
             self.compression_seconds.labels(model).observe((compress_ms or 0.0) / 1000)
+
+    def record_self_route(self, model: str, outcome: str, escalated_to: str | None = None,
+                          tokens: int = 0) -> None:
+        self.self_route.labels(model, outcome).inc()
+        if escalated_to is not None:
+            self.escalation_tokens.labels(model, escalated_to).inc(tokens)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

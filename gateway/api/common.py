@@ -11,7 +11,7 @@ from fastapi import Request
 
 from gateway.admission import held_bytes
 from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
-from gateway.policy import Control
+from gateway.policy import AUTO, Control
 from mixpr import ROUTES
 
 CONTROL_KEYS = ("enabled", "route", "budget_tokens")
@@ -92,7 +92,7 @@ def _from_header(key: str, value: str) -> Any:
     if key == "enabled":
         return {"true": True, "1": True, "false": False, "0": False}.get(text, value)
     if key == "budget_tokens":
-        return int(text) if text.isdigit() else value
+        return int(text) if text.isdigit() else text if text == AUTO else value
     return text
 
 
@@ -102,8 +102,8 @@ def _checked_control(raw: dict[str, Any]) -> Control:
         raise BadRequest("mixpr.enabled must be true or false.", param="mixpr.enabled")
     if route is not None and route not in ROUTES:
         raise BadRequest(f"mixpr.route must be one of {', '.join(ROUTES)}.", param="mixpr.route")
-    if budget is not None and not is_int_at_least(budget, MIN_BUDGET):
-        raise BadRequest(f"mixpr.budget_tokens must be an integer >= {MIN_BUDGET}.",
+    if budget is not None and budget != AUTO and not is_int_at_least(budget, MIN_BUDGET):
+        raise BadRequest(f"mixpr.budget_tokens must be \"auto\" or an integer >= {MIN_BUDGET}.",
                          param="mixpr.budget_tokens")
     return Control(enabled=enabled, route=route, budget_tokens=budget)
 

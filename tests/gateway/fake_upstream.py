@@ -16,12 +16,14 @@ tests never race on shared state:
 * ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
 * ``mode-slowstream``: for ``stream=True``, a chunk every 100 ms for a minute; the time the client
   closed the connection is kept in ``Recorded.closed_at``
-
-Like a real server, a body that is not a chat request (no list of messages with known roles)
-gets a FastAPI-style 422 instead of an answer.
+* ``mode-needle...``: an LLM that reads: answers the body field ``needle`` when it occurs in the
+  messages it received, else "unanswerable" when they carry the Self-Route instruction, else a
+  wrong guess; streamed in pieces of 5 characters so a word spans chunks
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
 
 A request whose last message is the MixPR router prompt is answered with ``n``.
+Like a real server, a body that is not a chat request (no list of messages with known roles)
+gets a FastAPI-style 422 instead of an answer.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from typing import Any
 
 ROUTER_MARKER = "If the query asks for summarization"
 REPLY_TEXT = "Hello from the fake upstream."
+SELF_ROUTE_MARKER = "If the question cannot be answered based on the provided text"
+GUESS_TEXT = "It is probably in the part I did not see."
 
 
 @dataclass
@@ -170,8 +174,11 @@ class FakeUpstream:
             _write_json(writer, 500, {"error": error})
             return True
         text = "n" if request.is_router_call else REPLY_TEXT
+        if mode.startswith("mode-needle") and not request.is_router_call:
+            text = _needle_reply(body)
         if body.get("stream"):
-            await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream")
+            await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream",
+                                piece_chars=5 if mode.startswith("mode-needle") else 0)
             return mode != "mode-midstream"
         _write_json(writer, 200, _completion(mode, text))
         return True
@@ -215,6 +222,14 @@ def _invalid_chat(body: Any) -> list[dict[str, Any]]:
             for i, m in enumerate(messages) if not isinstance(m, dict) or m.get("role") not in ROLES]
 
 
+def _needle_reply(body: dict[str, Any]) -> str:
+    needle = str(body.get("needle") or "")
+    prompt = json.dumps(body.get("messages"), ensure_ascii=False)
+    if needle and json.dumps(needle, ensure_ascii=False)[1:-1] in prompt:
+        return needle
+    return "unanswerable" if SELF_ROUTE_MARKER in prompt else GUESS_TEXT
+
+
 def _completion(model: str, text: str) -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
@@ -237,14 +252,19 @@ def _write_json(
     writer.write(_head(status, headers) + data)
 
 
-async def _write_stream(writer: asyncio.StreamWriter, model: str, text: str, *, drop_midway: bool) -> None:
+async def _write_stream(
+    writer: asyncio.StreamWriter, model: str, text: str, *, drop_midway: bool, piece_chars: int = 0
+) -> None:
     headers = {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}
     writer.write(_head(200, headers))
     pieces = [_chunk(model, {"role": "assistant", "content": ""}, None)]
     pieces += [_chunk(model, {"content": word}, None) for word in text.split(" ")[:1] if drop_midway]
     if not drop_midway:
         words = text.split(" ")
-        pieces += [_chunk(model, {"content": w if i == 0 else " " + w}, None) for i, w in enumerate(words)]
+        parts = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        if piece_chars:
+            parts = [text[i : i + piece_chars] for i in range(0, len(text), piece_chars)]
+        pieces += [_chunk(model, {"content": part}, None) for part in parts]
         pieces += [_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
     for piece in pieces:
         writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")

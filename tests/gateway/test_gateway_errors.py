@@ -78,8 +78,8 @@ def test_bad_control_header(http: httpx.Client) -> None:
     headers = {"x-mixpr-budget-tokens": "lots"}
     response = _post(http, {"model": "gpt-test", "messages": HELLO}, headers=headers)
     assert response.status_code == 400
-    assert response.json() == _error("mixpr.budget_tokens must be an integer >= 16.", "invalid_request_error",
-                                     "mixpr.budget_tokens")
+    assert response.json() == _error('mixpr.budget_tokens must be "auto" or an integer >= 16.',
+                                     "invalid_request_error", "mixpr.budget_tokens")
 
 
 def test_body_over_the_limit(http: httpx.Client, upstream: FakeUpstream) -> None:
