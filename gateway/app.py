@@ -14,12 +14,12 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse
 
-from gateway.api import openai_chat
+from gateway.api import openai_chat, openai_responses, passthrough
 from gateway.api.common import authorize, state
 from gateway.chat import ChatService
 from gateway.compression import Compressor
 from gateway.config import GatewayConfig
-from gateway.errors import GatewayError, error_json
+from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
 from gateway.workers import Workers
 
@@ -104,6 +104,8 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = state
     app.include_router(openai_chat.router)
+    app.include_router(passthrough.router)
+    app.include_router(openai_responses.router)
     app.include_router(router)
     _register_error_handlers(app)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
@@ -126,6 +128,16 @@ async def list_models(request: Request) -> dict[str, Any]:
     names = [m.model_name for m in state(request).config.model_list]
     return {"object": "list",
             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mixpr-gateway"} for n in names]}
+
+
+@router.get("/v1/models/{model:path}")
+@router.get("/models/{model:path}", include_in_schema=False)
+async def retrieve_model(request: Request, model: str) -> dict[str, Any]:
+    authorize(request)
+    entry = state(request).config.model(model)
+    if entry is None:
+        raise ModelNotFound(f"The model `{model}` does not exist on this gateway.", param="model")
+    return {"id": entry.model_name, "object": "model", "created": 0, "owned_by": "mixpr-gateway"}
 
 
 @router.get("/health/liveliness")

@@ -76,6 +76,62 @@ def build_call(
     return kwargs
 
 
+# The OpenAI parameters of the legacy endpoints, passed to LiteLLM by name; others go in extra_body.
+EMBEDDING_PARAMS = frozenset({"dimensions", "encoding_format", "user"})
+TEXT_COMPLETION_PARAMS = frozenset({
+    "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
+    "seed", "stop", "stream_options", "suffix", "temperature", "top_p", "user",
+})
+
+
+def build_passthrough_call(
+    entry: ModelEntry, params: dict[str, Any], *, known: frozenset[str], timeout: float
+) -> dict[str, Any]:
+    """Keyword arguments for ``litellm.aembedding`` / ``atext_completion``: as ``build_call``, with
+    that endpoint's own parameters by name."""
+    kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
+    kwargs.setdefault("timeout", timeout)
+    kwargs.setdefault("max_retries", 0)
+    extra_body = dict(kwargs.pop("extra_body", None) or {})
+    for key, value in params.items():
+        if key in ("model", "mixpr", "stream"):
+            continue
+        if key in known:
+            kwargs[key] = value
+        else:
+            extra_body[key] = value
+    if extra_body:
+        kwargs["extra_body"] = extra_body
+    return kwargs
+
+
+async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``litellm.aembedding``'s answer as the JSON the client receives."""
+    try:
+        response = await litellm.aembedding(**kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+    # base64 vectors are strings where LiteLLM's model declares floats: dump them as they are.
+    return response.model_dump(warnings=False)
+
+
+async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming legacy completion (``litellm.atext_completion``) as JSON."""
+    try:
+        response = await litellm.atext_completion(**kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+    return response.model_dump()
+
+
+async def open_text_stream(kwargs: dict[str, Any]) -> Any:
+    """Start a streaming legacy completion; read it with ``stream_chunks``."""
+    try:
+        return await litellm.atext_completion(**{**kwargs, "stream": True})
+    except Exception as exc:
+        raise map_error(exc) from exc
+
+
 async def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A non-streaming completion as the JSON the client receives."""
     try:

@@ -13,13 +13,18 @@ tests never race on shared state:
 * ``mode-midstream``: for ``stream=True``, sends one chunk and then drops the connection
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
 
+``/embeddings`` answers every input with a small vector (base64 when asked), and ``/completions``
+(legacy text completions) with the canned text, streamed or not; the modes above apply to both.
+
 A request whose last message is the MixPR router prompt is answered with ``n``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -141,6 +146,11 @@ class FakeUpstream:
             error = {"message": "The upstream broke", "type": "server_error", "param": None, "code": None}
             _write_json(writer, 500, {"error": error})
             return True
+        if request.path.endswith("/embeddings"):
+            _write_json(writer, 200, _embeddings(mode, body))
+            return True
+        if request.path.endswith("/completions") and not request.path.endswith("/chat/completions"):
+            return await _write_text_completion(writer, mode, bool(body.get("stream")))
         text = "n" if request.is_router_call else REPLY_TEXT
         if body.get("stream"):
             await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream")
@@ -171,6 +181,43 @@ def _completion(model: str, text: str) -> dict[str, Any]:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
+
+
+def _embeddings(model: str, body: dict[str, Any]) -> dict[str, Any]:
+    inputs = body.get("input")
+    inputs = inputs if isinstance(inputs, list) and not isinstance(inputs[0], int) else [inputs]
+    data = []
+    for index, text in enumerate(inputs):
+        vector = [float(len(str(text))), float(index), 0.5]
+        encoded: Any = vector
+        if body.get("encoding_format") == "base64":
+            encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": encoded})
+    return {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 3, "total_tokens": 3}}
+
+
+async def _write_text_completion(writer: asyncio.StreamWriter, model: str, stream: bool) -> bool:
+    def choice(text: str, finish: str | None) -> dict[str, Any]:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+    def completion(choices: list[dict[str, Any]]) -> dict[str, Any]:
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        return {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": model,
+                "choices": choices, "usage": usage}
+
+    if not stream:
+        _write_json(writer, 200, completion([choice(REPLY_TEXT, "stop")]))
+        return True
+    writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+    words = REPLY_TEXT.split(" ")
+    events = [completion([choice(w if i == 0 else " " + w, None)]) for i, w in enumerate(words)]
+    events.append(completion([choice("", "stop")]))
+    pieces = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+    for piece in pieces:
+        writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    return True
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None) -> bytes:
