@@ -78,6 +78,7 @@ def gateway_config(base: str) -> dict[str, Any]:
             model("slow", "mode-hang", base, litellm_params={"timeout": 0.5}),
             model("dropper", "mode-close", base),
             model("midstream", "mode-midstream", base),
+            model("tool-user", "mode-tool", base),
             model("unreachable", "x", f"http://127.0.0.1:{closed_port()}/v1"),
         ],
         "mixpr_settings": {"router": "heuristic", "budget_tokens": 4000},

@@ -11,6 +11,8 @@ tests never race on shared state:
 * ``mode-hang``: never answers (until the client gives up)
 * ``mode-close``: closes the connection without answering
 * ``mode-midstream``: for ``stream=True``, sends one chunk and then drops the connection
+* ``mode-tool``: calls the request's first tool with ``TOOL_ARGUMENTS`` (streamed: name, then
+  the arguments in two pieces), with ``finish_reason: tool_calls``
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
 
 ``/embeddings`` answers every input with a small vector (base64 when asked), and ``/completions``
@@ -32,6 +34,8 @@ from typing import Any
 
 ROUTER_MARKER = "If the query asks for summarization"
 REPLY_TEXT = "Hello from the fake upstream."
+TOOL_ARGUMENTS = '{"query": "lighthouse vault"}'
+TOOL_CALL_ID = "call_fake_1"
 
 
 @dataclass
@@ -151,6 +155,13 @@ class FakeUpstream:
             return True
         if request.path.endswith("/completions") and not request.path.endswith("/chat/completions"):
             return await _write_text_completion(writer, mode, bool(body.get("stream")))
+        if mode == "mode-tool" and body.get("tools"):
+            name = body["tools"][0]["function"]["name"]
+            if body.get("stream"):
+                await _write_tool_stream(writer, mode, name)
+            else:
+                _write_json(writer, 200, _tool_completion(mode, name))
+            return True
         text = "n" if request.is_router_call else REPLY_TEXT
         if body.get("stream"):
             await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream")
@@ -218,6 +229,28 @@ async def _write_text_completion(writer: asyncio.StreamWriter, model: str, strea
     writer.write(b"0\r\n\r\n")
     await writer.drain()
     return True
+
+
+def _tool_completion(model: str, name: str) -> dict[str, Any]:
+    call = {"id": TOOL_CALL_ID, "type": "function", "function": {"name": name, "arguments": TOOL_ARGUMENTS}}
+    completion = _completion(model, "")
+    completion["choices"][0].update(message={"role": "assistant", "content": None, "tool_calls": [call]},
+                                    finish_reason="tool_calls")
+    return completion
+
+
+async def _write_tool_stream(writer: asyncio.StreamWriter, model: str, name: str) -> None:
+    writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+    half = len(TOOL_ARGUMENTS) // 2
+    start = {"index": 0, "id": TOOL_CALL_ID, "type": "function", "function": {"name": name, "arguments": ""}}
+    pieces = [_chunk(model, {"role": "assistant", "content": None, "tool_calls": [start]}, None)]
+    for part in (TOOL_ARGUMENTS[:half], TOOL_ARGUMENTS[half:]):
+        pieces.append(_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}, None))
+    pieces += [_chunk(model, {}, "tool_calls"), b"data: [DONE]\n\n"]
+    for piece in pieces:
+        writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None) -> bytes:
