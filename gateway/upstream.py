@@ -26,6 +26,9 @@ log = logging.getLogger("gateway.upstream")
 
 litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout for every upstream error
 litellm.telemetry = False
+# Retrying is the client's call (it sees Retry-After). Every call passes max_retries=0, but LiteLLM's
+# OpenAI embedding path reads it as ``max_retries or DEFAULT_MAX_RETRIES``, so 0 must be the default.
+litellm.DEFAULT_MAX_RETRIES = 0
 
 # LiteLLM client options: never taken from a request body, whatever LiteLLM would accept.
 CLIENT_OPTIONS = frozenset({
@@ -77,7 +80,8 @@ def build_call(
 
 
 # The OpenAI parameters of the legacy endpoints, passed to LiteLLM by name; others go in extra_body.
-EMBEDDING_PARAMS = frozenset({"dimensions", "encoding_format", "user"})
+# ``dimensions`` and ``user`` go in extra_body: LiteLLM refuses or drops them for models it does not know.
+EMBEDDING_PARAMS = frozenset({"encoding_format"})
 TEXT_COMPLETION_PARAMS = frozenset({
     "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
     "seed", "stop", "stream_options", "suffix", "temperature", "top_p", "user",
@@ -111,8 +115,7 @@ async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
         response = await litellm.aembedding(**kwargs)
     except Exception as exc:
         raise map_error(exc) from exc
-    # base64 vectors are strings where LiteLLM's model declares floats: dump them as they are.
-    return response.model_dump(warnings=False)
+    return response.model_dump()
 
 
 async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -7,8 +7,10 @@ a list prompt (several prompts, or token ids) is forwarded as it is.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
@@ -32,9 +34,17 @@ async def embeddings(request: Request) -> Response:
         raise BadRequest("'input' must be a non-empty string or array.", param="input")
     entry = gateway.chat.entry(body["model"])
     params = {k: v for k, v in body.items() if k not in ("model", "input", "mixpr")}
+    # The openai SDK asks for base64 by default. LiteLLM's response model holds floats (and warns on
+    # every base64 string), and not every server encodes base64: ask for floats, encode here.
+    wants_base64 = params.get("encoding_format") == "base64"
+    if wants_base64:
+        params["encoding_format"] = "float"
     kwargs = upstream.build_passthrough_call(entry, params, known=upstream.EMBEDDING_PARAMS,
                                              timeout=gateway.config.general_settings.request_timeout_s)
     response = await upstream.embed({**kwargs, "input": body["input"]})
+    if wants_base64:
+        for item in response.get("data") or []:
+            item["embedding"] = _base64(item["embedding"])
     tokens = _prompt_tokens(response)
     return JSONResponse(response, headers=report_headers(Outcome([], "passthrough", tokens, tokens)))
 
@@ -68,6 +78,13 @@ async def completions(request: Request) -> Response:
         tokens = _prompt_tokens(response)
         outcome = Outcome([], "passthrough", tokens, tokens)
     return JSONResponse(response, headers=report_headers(outcome))
+
+
+def _base64(vector: list[float] | str) -> str:
+    """OpenAI's base64 embedding: the vector's little-endian float32 bytes."""
+    if isinstance(vector, str):
+        return vector
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
 
 
 def _object_with_model(body: Any) -> dict[str, Any]:
