@@ -15,12 +15,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from gateway.admission import BodyBytesMiddleware, Gate
-from gateway.api import openai_chat
+from gateway.api import anthropic_messages, openai_chat, openai_responses, passthrough
 from gateway.api.common import authorize, state
 from gateway.chat import ChatService
 from gateway.compression import Compressor
 from gateway.config import GatewayConfig
-from gateway.errors import GatewayError, error_json
+from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
 from gateway.workers import Workers
 
@@ -133,6 +133,9 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None)
     app.state.gateway = state
     app.include_router(openai_chat.router)
+    app.include_router(passthrough.router)
+    app.include_router(openai_responses.router)
+    app.include_router(anthropic_messages.router)
     app.include_router(router)
     _register_error_handlers(app)
     app.add_middleware(BodyBytesMiddleware, gate=state.body_bytes,
@@ -157,6 +160,16 @@ async def list_models(request: Request) -> dict[str, Any]:
     names = [m.model_name for m in state(request).config.model_list]
     return {"object": "list",
             "data": [{"id": n, "object": "model", "created": 0, "owned_by": "mixpr-gateway"} for n in names]}
+
+
+@router.get("/v1/models/{model:path}")
+@router.get("/models/{model:path}", include_in_schema=False)
+async def retrieve_model(request: Request, model: str) -> dict[str, Any]:
+    authorize(request)
+    entry = state(request).config.model(model)
+    if entry is None:
+        raise ModelNotFound(f"The model `{model}` does not exist on this gateway.", param="model")
+    return {"id": entry.model_name, "object": "model", "created": 0, "owned_by": "mixpr-gateway"}
 
 
 @router.get("/health/liveliness")
@@ -188,21 +201,28 @@ async def metrics(request: Request) -> PlainTextResponse:
 def _register_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
-        return JSONResponse(exc.to_json(), status_code=exc.status_code, headers=exc.headers)
+        return _error(request, exc.status_code, exc.to_json(), exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         error_type = "invalid_request_error" if exc.status_code < 500 else "api_error"
-        return JSONResponse(error_json(str(exc.detail), error_type), status_code=exc.status_code,
-                            headers=getattr(exc, "headers", None))
+        return _error(request, exc.status_code, error_json(str(exc.detail), error_type),
+                      getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return JSONResponse(error_json("Invalid request.", "invalid_request_error"), status_code=400)
+        return _error(request, 400, error_json("Invalid request.", "invalid_request_error"))
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         # Messages can quote the request; tracebacks only at debug level, so no prompt text by default.
         log.error("unexpected error (%s) on %s", type(exc).__name__, request.url.path)
         log.debug("traceback", exc_info=exc)
-        return JSONResponse(error_json("The gateway hit an internal error.", "api_error"), status_code=500)
+        return _error(request, 500, error_json("The gateway hit an internal error.", "api_error"))
+
+
+def _error(request: Request, status: int, body: dict[str, Any], headers: Any = None) -> JSONResponse:
+    """The error in the shape of the API that was called: Anthropic's on its paths, else OpenAI's."""
+    if request.url.path in anthropic_messages.PATHS:
+        body = anthropic_messages.error_json(body["error"]["message"], status)
+    return JSONResponse(body, status_code=status, headers=headers)

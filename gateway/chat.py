@@ -141,6 +141,21 @@ class ChatService:
         return replace(reply, headers={**reply.headers, "x-mixpr-self-route": self_route.ESCALATED,
                                        "x-mixpr-escalated-to": plan.model})
 
+    async def prepare_prompt(
+        self, model: str, prompt: str, params: dict[str, Any], control: Control
+    ) -> tuple[ModelEntry, str, Outcome]:
+        """A legacy completion's prompt, compressed as one user message would be (its tail is the query)."""
+        started = time.perf_counter()
+        entry = self.entry(model)
+        settings = self.settings[entry.model_name]
+        target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(params, settings))
+        outcome = await self.compressor.prepare(
+            [{"role": "user", "content": prompt}], tools=None, target=target, settings=settings,
+            control=control, router=self.routers.get(settings.router_model or entry.model_name),
+        )
+        self._record(entry.model_name, outcome, started)
+        return entry, outcome.messages[0]["content"], outcome
+
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                                  outcome.route, outcome.compress_ms)

@@ -90,7 +90,7 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         # Label by known paths only: raw paths from scanners would explode the label set.
-        path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
+        path = path_label(scope["path"])
 
         async def send_and_count(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -102,4 +102,17 @@ class MetricsMiddleware:
 
 
 KNOWN_PATHS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/models", "/models",
-                         "/health/liveliness", "/health/readiness", "/metrics"})
+                         "/health/liveliness", "/health/readiness", "/metrics",
+                         "/v1/embeddings", "/embeddings", "/v1/completions", "/completions",
+                         "/v1/responses", "/responses", "/v1/messages", "/messages"})
+MODEL_PREFIXES = ("/v1/models/", "/models/")
+
+
+def path_label(path: str) -> str:
+    """The path itself when known; one label for every model retrieved; "other" for the rest."""
+    if path in KNOWN_PATHS:
+        return path
+    for prefix in MODEL_PREFIXES:
+        if path.startswith(prefix):
+            return prefix + "{model}"
+    return "other"

@@ -30,6 +30,9 @@ log = logging.getLogger("gateway.upstream")
 
 litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout for every upstream error
 litellm.telemetry = False
+# Retrying is the client's call (it sees Retry-After). Every call passes max_retries=0, but LiteLLM's
+# OpenAI embedding path reads it as ``max_retries or DEFAULT_MAX_RETRIES``, so 0 must be the default.
+litellm.DEFAULT_MAX_RETRIES = 0
 
 # LiteLLM client options: never taken from a request body, whatever LiteLLM would accept.
 CLIENT_OPTIONS = frozenset({
@@ -78,6 +81,62 @@ def build_call(
     # LiteLLM imports its MCP gateway (an optional dependency) whenever tools are present.
     kwargs["_skip_mcp_handler"] = True
     return kwargs
+
+
+# The OpenAI parameters of the legacy endpoints, passed to LiteLLM by name; others go in extra_body.
+# ``dimensions`` and ``user`` go in extra_body: LiteLLM refuses or drops them for models it does not know.
+EMBEDDING_PARAMS = frozenset({"encoding_format"})
+TEXT_COMPLETION_PARAMS = frozenset({
+    "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
+    "seed", "stop", "stream_options", "suffix", "temperature", "top_p", "user",
+})
+
+
+def build_passthrough_call(
+    entry: ModelEntry, params: dict[str, Any], *, known: frozenset[str], timeout: float
+) -> dict[str, Any]:
+    """Keyword arguments for ``litellm.aembedding`` / ``atext_completion``: as ``build_call``, with
+    that endpoint's own parameters by name."""
+    kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
+    kwargs.setdefault("timeout", timeout)
+    kwargs.setdefault("max_retries", 0)
+    extra_body = dict(kwargs.pop("extra_body", None) or {})
+    for key, value in params.items():
+        if key in ("model", "mixpr", "stream"):
+            continue
+        if key in known:
+            kwargs[key] = value
+        else:
+            extra_body[key] = value
+    if extra_body:
+        kwargs["extra_body"] = extra_body
+    return kwargs
+
+
+async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``litellm.aembedding``'s answer as the JSON the client receives."""
+    try:
+        response = await litellm.aembedding(**kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+    return response.model_dump()
+
+
+async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming legacy completion (``litellm.atext_completion``) as JSON."""
+    try:
+        response = await litellm.atext_completion(**kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+    return response.model_dump()
+
+
+async def open_text_stream(kwargs: dict[str, Any]) -> Any:
+    """Start a streaming legacy completion; read it with ``stream_chunks``."""
+    try:
+        return await litellm.atext_completion(**{**kwargs, "stream": True})
+    except Exception as exc:
+        raise map_error(exc) from exc
 
 
 async def complete(kwargs: dict[str, Any]) -> dict[str, Any]:

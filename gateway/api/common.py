@@ -24,12 +24,13 @@ def state(request: Request) -> Any:
 
 
 def authorize(request: Request) -> None:
-    """Bearer (or ``api-key``) must equal ``master_key`` when one is configured."""
+    """Bearer (or ``api-key``, or Anthropic's ``x-api-key``) must equal ``master_key`` when one is set."""
     key = state(request).config.general_settings.master_key
     if not key:
         return
     header = request.headers.get("authorization", "")
-    given = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("api-key", "")
+    given = header[7:].strip() if header[:7].lower() == "bearer " else (
+        request.headers.get("api-key") or request.headers.get("x-api-key", ""))
     if not given:
         raise Unauthorized("Missing API key: send 'Authorization: Bearer <key>'.")
     if not secrets.compare_digest(given.encode(), key.encode()):

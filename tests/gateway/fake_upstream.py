@@ -19,7 +19,12 @@ tests never race on shared state:
 * ``mode-needle...``: an LLM that reads: answers the body field ``needle`` when it occurs in the
   messages it received, else "unanswerable" when they carry the Self-Route instruction, else a
   wrong guess; streamed in pieces of 5 characters so a word spans chunks
+* ``mode-tool``: calls the request's first tool with ``TOOL_ARGUMENTS`` (streamed: name, then
+  the arguments in two pieces), with ``finish_reason: tool_calls``
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
+
+``/embeddings`` answers every input with a small vector (base64 when asked), and ``/completions``
+(legacy text completions) with the canned text, streamed or not; the modes above apply to both.
 
 A request whose last message is the MixPR router prompt is answered with ``n``.
 Like a real server, a body that is not a chat request (no list of messages with known roles)
@@ -29,7 +34,9 @@ gets a FastAPI-style 422 instead of an answer.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,6 +46,8 @@ ROUTER_MARKER = "If the query asks for summarization"
 REPLY_TEXT = "Hello from the fake upstream."
 SELF_ROUTE_MARKER = "If the question cannot be answered based on the provided text"
 GUESS_TEXT = "It is probably in the part I did not see."
+TOOL_ARGUMENTS = '{"query": "lighthouse vault"}'
+TOOL_CALL_ID = "call_fake_1"
 
 
 @dataclass
@@ -142,7 +151,7 @@ class FakeUpstream:
             return True
         body = request.json
         mode = str(body.get("model", ""))
-        problems = _invalid_chat(body)
+        problems = _invalid_chat(body) if request.path.endswith("/chat/completions") else []
         if problems or mode == "mode-422":
             detail = problems or [{"type": "literal_error", "loc": ["body", "messages", 0, "role"],
                                    "msg": "Input should be 'user'", "input": "wizard"}]
@@ -172,6 +181,18 @@ class FakeUpstream:
         if mode == "mode-500":
             error = {"message": "The upstream broke", "type": "server_error", "param": None, "code": None}
             _write_json(writer, 500, {"error": error})
+            return True
+        if request.path.endswith("/embeddings"):
+            _write_json(writer, 200, _embeddings(mode, body))
+            return True
+        if request.path.endswith("/completions") and not request.path.endswith("/chat/completions"):
+            return await _write_text_completion(writer, mode, bool(body.get("stream")))
+        if mode == "mode-tool" and body.get("tools"):
+            name = body["tools"][0]["function"]["name"]
+            if body.get("stream"):
+                await _write_tool_stream(writer, mode, name)
+            else:
+                _write_json(writer, 200, _tool_completion(mode, name))
             return True
         text = "n" if request.is_router_call else REPLY_TEXT
         if mode.startswith("mode-needle") and not request.is_router_call:
@@ -236,6 +257,65 @@ def _completion(model: str, text: str) -> dict[str, Any]:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
+
+
+def _embeddings(model: str, body: dict[str, Any]) -> dict[str, Any]:
+    inputs = body.get("input")
+    inputs = inputs if isinstance(inputs, list) and not isinstance(inputs[0], int) else [inputs]
+    data = []
+    for index, text in enumerate(inputs):
+        vector = [float(len(str(text))), float(index), 0.5]
+        encoded: Any = vector
+        if body.get("encoding_format") == "base64":
+            encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": encoded})
+    return {"object": "list", "data": data, "model": model, "usage": {"prompt_tokens": 3, "total_tokens": 3}}
+
+
+async def _write_text_completion(writer: asyncio.StreamWriter, model: str, stream: bool) -> bool:
+    def choice(text: str, finish: str | None) -> dict[str, Any]:
+        return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+
+    def completion(choices: list[dict[str, Any]]) -> dict[str, Any]:
+        usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+        return {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": model,
+                "choices": choices, "usage": usage}
+
+    if not stream:
+        _write_json(writer, 200, completion([choice(REPLY_TEXT, "stop")]))
+        return True
+    writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+    words = REPLY_TEXT.split(" ")
+    events = [completion([choice(w if i == 0 else " " + w, None)]) for i, w in enumerate(words)]
+    events.append(completion([choice("", "stop")]))
+    pieces = [b"data: " + json.dumps(e).encode() + b"\n\n" for e in events] + [b"data: [DONE]\n\n"]
+    for piece in pieces:
+        writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    return True
+
+
+def _tool_completion(model: str, name: str) -> dict[str, Any]:
+    call = {"id": TOOL_CALL_ID, "type": "function", "function": {"name": name, "arguments": TOOL_ARGUMENTS}}
+    completion = _completion(model, "")
+    completion["choices"][0].update(message={"role": "assistant", "content": None, "tool_calls": [call]},
+                                    finish_reason="tool_calls")
+    return completion
+
+
+async def _write_tool_stream(writer: asyncio.StreamWriter, model: str, name: str) -> None:
+    writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+    half = len(TOOL_ARGUMENTS) // 2
+    start = {"index": 0, "id": TOOL_CALL_ID, "type": "function", "function": {"name": name, "arguments": ""}}
+    pieces = [_chunk(model, {"role": "assistant", "content": None, "tool_calls": [start]}, None)]
+    for part in (TOOL_ARGUMENTS[:half], TOOL_ARGUMENTS[half:]):
+        pieces.append(_chunk(model, {"tool_calls": [{"index": 0, "function": {"arguments": part}}]}, None))
+    pieces += [_chunk(model, {}, "tool_calls"), b"data: [DONE]\n\n"]
+    for piece in pieces:
+        writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
 
 
 def _chunk(model: str, delta: dict[str, Any], finish: str | None) -> bytes:

@@ -1,0 +1,135 @@
+"""Anthropic ``POST /v1/messages``, served by any configured model.
+
+The request becomes OpenAI chat messages with LiteLLM's Anthropic adapter (``system`` becomes a
+system message, ``tool_use`` blocks become tool calls and ``tool_result`` blocks tool messages),
+so its text blocks are compressed exactly as chat messages would be. The chat completion, or its
+chunks, goes back through the same adapter into an Anthropic message or Anthropic SSE events.
+Errors on these paths are rendered in Anthropic's shape by ``gateway.app``'s error handlers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from litellm import ModelResponse, ModelResponseStream
+from litellm.llms.anthropic.pass_through.adapters.transformation import AnthropicAdapter
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.api.common import authorize, is_int_at_least, parse_control, read_json, state
+from gateway.api.openai_chat import SSE_HEADERS
+from gateway.chat import ChatCall
+from gateway.errors import BadRequest, GatewayError
+
+log = logging.getLogger("gateway.api.anthropic_messages")
+
+router = APIRouter()
+
+PATHS = frozenset({"/v1/messages", "/messages"})
+# Anthropic's error type for each status it uses (and the gateway's own 502/503/504).
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+               503: "overloaded_error", 529: "overloaded_error"}
+
+
+def error_json(message: str, status: int) -> dict[str, Any]:
+    """Anthropic's error body: ``{"type": "error", "error": {"type", "message"}}``."""
+    return {"type": "error", "error": {"type": ERROR_TYPES.get(status, "api_error"), "message": message}}
+
+
+@router.post("/v1/messages")
+@router.post("/messages", include_in_schema=False)
+async def messages(request: Request) -> Response:
+    gateway = state(request)
+    authorize(request)
+    body = await read_json(request, gateway.config.general_settings.max_body_bytes)
+    call, names = parse_request(body, request.headers)
+    reply = await gateway.chat.run(call)
+    adapter = AnthropicAdapter()
+    if reply.chunks is not None:
+        failure = _Failure()
+        events = adapter.translate_completion_output_params_streaming(
+            _model_chunks(reply.chunks, failure), model=body["model"], tool_name_mapping=names)
+        return StreamingResponse(_sse(events, failure), media_type="text/event-stream",
+                                 headers={**reply.headers, **SSE_HEADERS})
+    message = adapter.translate_completion_output_params(ModelResponse(**reply.response),
+                                                         tool_name_mapping=names)
+    return JSONResponse(_plain(message), headers=reply.headers)
+
+
+def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
+    """The Messages request as a chat call, and the adapter's map of shortened tool names."""
+    _validate(body)
+    control = parse_control(body.get("mixpr"), headers)
+    request = {k: v for k, v in body.items() if k not in ("mixpr", "stream")}
+    try:
+        chat, names = AnthropicAdapter().translate_completion_input_params_with_tool_mapping(request)
+    except Exception as exc:  # the adapter rejects malformed blocks in its own ways
+        raise BadRequest(f"'messages' could not be read as Anthropic messages ({type(exc).__name__}).",
+                         param="messages") from None
+    messages = [{k: v for k, v in m.items() if v is not None or k == "content"} for m in chat["messages"]]
+    params = {k: v for k, v in chat.items() if k not in ("model", "messages", "stream")}
+    if body.get("stream"):  # message_delta reports the usage, so ask the upstream for it
+        params["stream_options"] = {"include_usage": True}
+    call = ChatCall(model=body["model"], messages=messages, params=params, control=control,
+                    stream=bool(body.get("stream")))
+    return call, names
+
+
+def _validate(body: Any) -> None:
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise BadRequest("model: Field required")
+    if not is_int_at_least(body.get("max_tokens"), 1):
+        raise BadRequest("max_tokens: must be a positive integer")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest("messages: must be a non-empty list of messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise BadRequest(f"messages.{i}.role: must be 'user' or 'assistant'")
+        if not isinstance(message.get("content"), str | list):
+            raise BadRequest(f"messages.{i}.content: must be a string or a list of content blocks")
+    system = body.get("system")
+    if system is not None and not isinstance(system, str | list):
+        raise BadRequest("system: must be a string or a list of text blocks")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise BadRequest("stream: must be a boolean")
+
+
+class _Failure:
+    """Where the chunk reader leaves an upstream failure for the event writer to report."""
+
+    error: GatewayError | None = None
+
+
+async def _model_chunks(
+    chunks: AsyncIterator[dict[str, Any]], failure: _Failure
+) -> AsyncIterator[ModelResponseStream]:
+    # The adapter reads LiteLLM's chunk objects; ``ChatService`` hands out their dicts.
+    try:
+        async for chunk in chunks:
+            yield ModelResponseStream(**chunk)
+    except GatewayError as error:  # ends the chunks; ``_sse`` reports it instead of a normal stop
+        failure.error = error
+
+
+async def _sse(events: AsyncIterator[bytes], failure: _Failure) -> AsyncIterator[bytes]:
+    """The adapter's events until the upstream fails midway, then Anthropic's ``error`` event."""
+    async for event in events:
+        if failure.error is not None:
+            break
+        yield event
+    if failure.error is not None:  # the status line is long gone: report it in-band
+        error = failure.error
+        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+        data = json.dumps(error_json(error.message, error.status_code))
+        yield f"event: error\ndata: {data}\n\n".encode()
+
+
+def _plain(message: Any) -> dict[str, Any]:
+    return message.model_dump() if hasattr(message, "model_dump") else dict(message)

@@ -1,0 +1,328 @@
+"""OpenAI ``POST /v1/responses``, served by any upstream that speaks chat completions.
+
+The request's ``input`` becomes chat messages (LiteLLM's own Responses -> chat translation:
+``instructions`` becomes a system message, developer items stay developer messages, function
+calls and their outputs become tool calls and tool messages, images stay image parts), so it is
+compressed exactly as a chat conversation would be. The chat completion, or its chunks, comes
+back as a Responses object, or as the Responses SSE events the openai SDK parses.
+
+The gateway keeps no state: ``previous_response_id``, ``conversation``, ``store: true`` and
+``background`` are refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from litellm.responses.litellm_completion_transformation.transformation import (
+    LiteLLMCompletionResponsesConfig,
+)
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway.api.common import authorize, is_int_at_least, parse_control, read_json, state
+from gateway.api.openai_chat import SSE_HEADERS
+from gateway.chat import ChatCall
+from gateway.errors import BadRequest, GatewayError
+
+log = logging.getLogger("gateway.api.openai_responses")
+
+router = APIRouter()
+
+# Server-side state this gateway does not keep: refused, so a client never silently loses context.
+STATEFUL = {
+    "previous_response_id": "'previous_response_id' needs responses stored on the server, and this "
+                            "gateway stores none: send the whole conversation in 'input' instead.",
+    "conversation": "'conversation' needs conversations stored on the server, and this gateway stores "
+                    "none: send the whole conversation in 'input' instead.",
+    "background": "'background' responses need server-side storage, which this gateway does not have.",
+}
+# Chat parameters of LiteLLM's translation that are its own, not the upstream's.
+NOT_FORWARDED = ("model", "messages", "stream", "custom_llm_provider", "extra_headers")
+
+
+@router.post("/v1/responses")
+@router.post("/responses", include_in_schema=False)
+async def responses(request: Request) -> Response:
+    gateway = state(request)
+    authorize(request)
+    body = await read_json(request, gateway.config.general_settings.max_body_bytes)
+    call = parse_request(body, request.headers)
+    reply = await gateway.chat.run(call)
+    if reply.chunks is not None:
+        events = ResponseStream(body).events(reply.chunks)
+        return StreamingResponse(sse(events), media_type="text/event-stream",
+                                 headers={**reply.headers, **SSE_HEADERS})
+    return JSONResponse(response_object(reply.response, body), headers=reply.headers)
+
+
+def parse_request(body: Any, headers: Any) -> ChatCall:
+    """The Responses request as a chat call; refuses what a stateless gateway cannot honour."""
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("You must provide a model parameter.", param="model")
+    _refuse_state(body)
+    _validate(body)
+    control = parse_control(body.get("mixpr"), headers)
+    stream = bool(body.get("stream"))
+    options = {k: v for k, v in body.items() if k not in ("model", "input", "mixpr", "stream")}
+    try:
+        chat = LiteLLMCompletionResponsesConfig.transform_responses_api_request_to_chat_completion_request(
+            model=model, input=body["input"], responses_api_request=options, stream=stream)
+    except Exception as exc:  # LiteLLM's translation rejects malformed items in its own ways
+        raise BadRequest(f"'input' could not be read as Responses input items ({type(exc).__name__}).",
+                         param="input") from None
+    params = {k: v for k, v in chat.items() if k not in NOT_FORWARDED}
+    return ChatCall(model=model, messages=chat["messages"], params=params, control=control, stream=stream)
+
+
+def _refuse_state(body: dict[str, Any]) -> None:
+    for key, message in STATEFUL.items():
+        if body.get(key):
+            raise BadRequest(message, param=key)
+    if body.get("store") is True:
+        raise BadRequest("'store: true' asks the server to keep the response for later retrieval, and "
+                         "this gateway keeps none: send 'store: false' or leave it out.", param="store")
+
+
+def _validate(body: dict[str, Any]) -> None:
+    items = body.get("input")
+    if not (isinstance(items, str) and items) and not (isinstance(items, list) and items):
+        raise BadRequest("'input' must be a non-empty string or array of input items.", param="input")
+    if isinstance(items, list) and not all(isinstance(item, dict) for item in items):
+        raise BadRequest("Every item of 'input' must be an object.", param="input")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise BadRequest("'stream' must be a boolean.", param="stream")
+    value = body.get("max_output_tokens")
+    if value is not None and not is_int_at_least(value, 1):
+        raise BadRequest("'max_output_tokens' must be a positive integer.", param="max_output_tokens")
+    instructions = body.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        raise BadRequest("'instructions' must be a string.", param="instructions")
+
+
+# -- chat completion -> Responses object --------------------------------------------------------
+
+
+def response_object(
+    completion: dict[str, Any], body: dict[str, Any], *, output: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """A Responses ``response`` for a chat completion (``output`` given when streamed)."""
+    choice = (completion.get("choices") or [{}])[0]
+    finish = choice.get("finish_reason")
+    if output is None:
+        output = output_items(choice.get("message") or {})
+    status = "incomplete" if finish == "length" else "completed"
+    return {
+        **_echoed(body),
+        "id": _response_id(completion.get("id")),
+        "object": "response",
+        "created_at": completion.get("created") or int(time.time()),
+        "model": completion.get("model") or body.get("model"),
+        "status": status,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+        "output": output,
+        "usage": _usage(completion.get("usage")),
+    }
+
+
+def _echoed(body: dict[str, Any]) -> dict[str, Any]:
+    """The request settings a Responses object repeats back."""
+    return {
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "metadata": body.get("metadata") or {},
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": None,
+        "reasoning": body.get("reasoning"),
+        "store": False,
+        "temperature": body.get("temperature"),
+        "text": body.get("text") or {"format": {"type": "text"}},
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "top_p": body.get("top_p"),
+        "truncation": body.get("truncation", "disabled"),
+        "user": body.get("user"),
+    }
+
+
+def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
+    items = []
+    if message.get("content"):
+        items.append(message_item(_new_id("msg"), message["content"], "completed"))
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        items.append(function_call_item(call.get("id") or _new_id("call"), function.get("name", ""),
+                                        function.get("arguments") or "", "completed"))
+    return items
+
+
+def message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = [] if text is None else [_text_part(text)]
+    return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+
+
+def function_call_item(call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
+    return {"type": "function_call", "id": "fc_" + call_id, "call_id": call_id, "name": name,
+            "arguments": arguments, "status": status}
+
+
+def _text_part(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not usage:
+        return None
+    prompt, completion = usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": reasoning},
+            "total_tokens": usage.get("total_tokens") or prompt + completion}
+
+
+def _response_id(chat_id: Any) -> str:
+    return f"resp_{chat_id}" if isinstance(chat_id, str) and chat_id else _new_id("resp")
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+# -- chat chunks -> Responses events ------------------------------------------------------------
+
+
+class ResponseStream:
+    """Turns chat.completion.chunk dicts into the Responses event sequence, item by item."""
+
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.body = body
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []  # items in output_index order, as streamed so far
+        self.message: dict[str, Any] | None = None
+        self.calls: dict[int, dict[str, Any]] = {}  # by the chunk's tool_call index
+        self.completion: dict[str, Any] = {"id": None, "created": int(time.time()), "model": body["model"]}
+        self.finish: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    async def events(self, chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+        started = False
+        try:
+            async for chunk in chunks:
+                if not started:
+                    self.completion.update({k: chunk[k] for k in ("id", "created", "model") if chunk.get(k)})
+                    for event in self._start():
+                        yield event
+                    started = True
+                for event in self._chunk(chunk):
+                    yield event
+        except GatewayError as error:  # the status line is long gone: report it in-band
+            log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+            yield self._event("error", code=error.code or error.error_type, message=error.message,
+                              param=error.param)
+            return
+        for event in ([] if started else self._start()) + self._finish():
+            yield event
+
+    def _start(self) -> list[dict[str, Any]]:
+        snapshot = self._snapshot("in_progress")
+        return [self._event("response.created", response=snapshot),
+                self._event("response.in_progress", response=snapshot)]
+
+    def _chunk(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        self.usage = chunk.get("usage") or self.usage
+        events: list[dict[str, Any]] = []
+        for choice in chunk.get("choices") or []:
+            if choice.get("index", 0) != 0:
+                continue  # n > 1 has no Responses equivalent; the first choice is the answer
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                events += self._text(delta["content"])
+            for call in delta.get("tool_calls") or []:
+                events += self._tool_call(call)
+            self.finish = choice.get("finish_reason") or self.finish
+        return events
+
+    def _text(self, text: str) -> list[dict[str, Any]]:
+        events = []
+        if self.message is None:
+            self.message = message_item(_new_id("msg"), None, "in_progress")
+            events += self._add(self.message)
+            events.append(self._event("response.content_part.added", item_id=self.message["id"],
+                                      output_index=self._index(self.message), content_index=0,
+                                      part=_text_part("")))
+            self.message["content"].append(_text_part(""))
+        self.message["content"][0]["text"] += text
+        events.append(self._event("response.output_text.delta", item_id=self.message["id"],
+                                  output_index=self._index(self.message), content_index=0, delta=text,
+                                  logprobs=[]))
+        return events
+
+    def _tool_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
+        events = []
+        function = call.get("function") or {}
+        item = self.calls.get(call.get("index", 0))
+        if item is None:
+            item = function_call_item(call.get("id") or _new_id("call"), function.get("name") or "", "",
+                                      "in_progress")
+            self.calls[call.get("index", 0)] = item
+            events += self._add(item)
+        if function.get("arguments"):
+            item["arguments"] += function["arguments"]
+            events.append(self._event("response.function_call_arguments.delta", item_id=item["id"],
+                                      output_index=self._index(item), delta=function["arguments"]))
+        return events
+
+    def _add(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        self.output.append(item)
+        return [self._event("response.output_item.added", output_index=len(self.output) - 1,
+                            item=json.loads(json.dumps(item)))]
+
+    def _finish(self) -> list[dict[str, Any]]:
+        events = []
+        for index, item in enumerate(self.output):
+            item["status"] = "completed"
+            if item["type"] == "message":
+                part = item["content"][0]
+                events.append(self._event("response.output_text.done", item_id=item["id"], output_index=index,
+                                          content_index=0, text=part["text"], logprobs=[]))
+                events.append(self._event("response.content_part.done", item_id=item["id"],
+                                          output_index=index, content_index=0, part=part))
+            else:
+                events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
+                                          output_index=index, name=item["name"],
+                                          arguments=item["arguments"]))
+            events.append(self._event("response.output_item.done", output_index=index, item=item))
+        final = response_object(self._completion(), self.body, output=self.output)
+        kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+        events.append(self._event(kind, response=final))
+        return events
+
+    def _completion(self) -> dict[str, Any]:
+        return {**self.completion, "usage": self.usage, "choices": [{"finish_reason": self.finish}]}
+
+    def _snapshot(self, status: str) -> dict[str, Any]:
+        snapshot = response_object(self._completion(), self.body, output=[])
+        return {**snapshot, "status": status, "usage": None}
+
+    def _index(self, item: dict[str, Any]) -> int:
+        return next(i for i, candidate in enumerate(self.output) if candidate is item)
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        self.sequence += 1
+        return {"type": kind, "sequence_number": self.sequence - 1, **fields}
+
+
+async def sse(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Responses events as named SSE events (the Responses API sends no ``[DONE]``)."""
+    async for event in events:
+        yield f"event: {event['type']}\ndata: ".encode() + json.dumps(event).encode() + b"\n\n"

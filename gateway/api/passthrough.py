@@ -1,0 +1,104 @@
+"""OpenAI ``POST /v1/embeddings`` and legacy ``POST /v1/completions``, forwarded through LiteLLM.
+
+Embeddings are never compressed: shortening the input would change the vector. A legacy
+completion's ``prompt`` string is compressed like a single user message (the query is its tail);
+a list prompt (several prompts, or token ids) is forwarded as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from gateway import upstream
+from gateway.api.common import authorize, parse_control, read_json, state
+from gateway.api.openai_chat import SSE_HEADERS, sse, validate_params
+from gateway.chat import report_headers
+from gateway.compression import Outcome
+from gateway.errors import BadRequest
+
+router = APIRouter()
+
+
+@router.post("/v1/embeddings")
+@router.post("/embeddings", include_in_schema=False)
+async def embeddings(request: Request) -> Response:
+    gateway = state(request)
+    authorize(request)
+    body = _object_with_model(await read_json(request, gateway.config.general_settings.max_body_bytes))
+    if not _is_input(body.get("input")):
+        raise BadRequest("'input' must be a non-empty string or array.", param="input")
+    entry = gateway.chat.entry(body["model"])
+    params = {k: v for k, v in body.items() if k not in ("model", "input", "mixpr")}
+    # The openai SDK asks for base64 by default. LiteLLM's response model holds floats (and warns on
+    # every base64 string), and not every server encodes base64: ask for floats, encode here.
+    wants_base64 = params.get("encoding_format") == "base64"
+    if wants_base64:
+        params["encoding_format"] = "float"
+    kwargs = upstream.build_passthrough_call(entry, params, known=upstream.EMBEDDING_PARAMS,
+                                             timeout=gateway.config.general_settings.request_timeout_s)
+    response = await upstream.embed({**kwargs, "input": body["input"]})
+    if wants_base64:
+        for item in response.get("data") or []:
+            item["embedding"] = _base64(item["embedding"])
+    tokens = _prompt_tokens(response)
+    return JSONResponse(response, headers=report_headers(Outcome([], "passthrough", tokens, tokens)))
+
+
+@router.post("/v1/completions")
+@router.post("/completions", include_in_schema=False)
+async def completions(request: Request) -> Response:
+    gateway = state(request)
+    authorize(request)
+    body = _object_with_model(await read_json(request, gateway.config.general_settings.max_body_bytes))
+    prompt = body.get("prompt")
+    if not _is_input(prompt):
+        raise BadRequest("'prompt' must be a non-empty string or array.", param="prompt")
+    validate_params(body)
+    control = parse_control(body.get("mixpr"), request.headers)
+    params = {k: v for k, v in body.items() if k not in ("model", "prompt", "mixpr", "stream")}
+    if isinstance(prompt, str):
+        entry, prompt, outcome = await gateway.chat.prepare_prompt(body["model"], prompt, params, control)
+    else:
+        entry, outcome = gateway.chat.entry(body["model"]), None
+    kwargs = upstream.build_passthrough_call(entry, params, known=upstream.TEXT_COMPLETION_PARAMS,
+                                             timeout=gateway.config.general_settings.request_timeout_s)
+    kwargs["prompt"] = prompt
+    if body.get("stream"):
+        stream = await upstream.open_text_stream(kwargs)
+        headers = report_headers(outcome or Outcome([], "passthrough", 0, 0))
+        return StreamingResponse(sse(upstream.stream_chunks(stream)), media_type="text/event-stream",
+                                 headers={**headers, **SSE_HEADERS})
+    response = await upstream.text_complete(kwargs)
+    if outcome is None:
+        tokens = _prompt_tokens(response)
+        outcome = Outcome([], "passthrough", tokens, tokens)
+    return JSONResponse(response, headers=report_headers(outcome))
+
+
+def _base64(vector: list[float] | str) -> str:
+    """OpenAI's base64 embedding: the vector's little-endian float32 bytes."""
+    if isinstance(vector, str):
+        return vector
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode()
+
+
+def _object_with_model(body: Any) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        raise BadRequest("You must provide a model parameter.", param="model")
+    return body
+
+
+def _is_input(value: Any) -> bool:
+    return (isinstance(value, str) and bool(value)) or (isinstance(value, list) and bool(value))
+
+
+def _prompt_tokens(response: dict[str, Any]) -> int:
+    usage = response.get("usage") or {}
+    return int(usage.get("prompt_tokens") or 0)
