@@ -99,10 +99,8 @@ class ChatService:
 
     async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
                        added: int = 0) -> Outcome:
-        asked = "max_completion_tokens" if call.params.get("max_completion_tokens") else (
-            "max_tokens" if call.params.get("max_tokens") else None)
         target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(call.params, settings),
-                        asked, added)
+                        _reserve_param(call.params), added)
         return await self.compressor.prepare(
             call.messages, tools=call.params.get("tools"), target=target, settings=settings,
             control=control, router=self.routers.get(settings.router_model or entry.model_name),
@@ -188,6 +186,11 @@ def _reserve(params: dict[str, Any], settings: Any) -> int:
     """Tokens kept free for the reply: what the client asked for, else the configured reserve."""
     asked = params.get("max_completion_tokens") or params.get("max_tokens")
     return int(asked) if asked else settings.completion_reserve_tokens
+
+
+def _reserve_param(params: dict[str, Any]) -> str | None:
+    """The request field that set the reserve, so that an error can name it."""
+    return next((k for k in ("max_completion_tokens", "max_tokens") if params.get(k)), None)
 
 
 def _reply_text(response: dict[str, Any] | None) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -108,8 +109,10 @@ def test_answered_when_compression_kept_the_needle(
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_escalated_to_the_fallback_with_the_original_messages(
-    sr_client: openai.OpenAI, upstream: FakeUpstream, sr_url: str, stream: bool
+    sr_client: openai.OpenAI, upstream: FakeUpstream, sr_url: str, stream: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="gateway.chat")
     upstream.clear()
     labels = {"model": "sr", "escalated_to": "sr-big"}
     tokens_before = _metric(sr_url, "mixpr_self_route_escalation_tokens_total", **labels)
@@ -128,6 +131,8 @@ def test_escalated_to_the_fallback_with_the_original_messages(
     assert _metric(sr_url, "mixpr_self_route_requests_total", model="sr", outcome="escalated") == before + 1
     spent = _metric(sr_url, "mixpr_self_route_escalation_tokens_total", **labels) - tokens_before
     assert spent == int(headers["x-mixpr-original-tokens"]) > 10_000
+    [line] = [r.getMessage() for r in caplog.records if "self-route" in r.getMessage()]
+    assert "model=sr to=sr-big" in line and "Biscuit" not in caplog.text and "mill" not in caplog.text
 
 
 def test_escalation_without_fallback_retries_with_four_times_the_budget(
