@@ -9,7 +9,7 @@ first chunk. Every ``--kill-every`` seconds one compression worker gets SIGKILL 
 Reported: requests sent; answered by status (and error code); lost (a connection error, a timeout,
 or any status but 200 and a 503 with Retry-After); p50/p99 latency of short requests; the
 gateway's RSS sampled each second: peak, after warm-up and at the end. Done means 0 lost and the
-RSS flat after warm-up.
+RSS flat after warm-up. Last, a probe times the 503 for a body when the body-bytes limit is full.
 
     .venv/bin/python -m bench.soak --minutes 10
     .venv/bin/python -m bench.soak --minutes 2 --json out/soak.json
@@ -40,6 +40,7 @@ SHORT = [{"role": "user", "content": "Say hello in one word."}]
 LONG_TOKENS = (128_000, 256_000, 512_000, 1_000_000)
 WINDOW = 100_000  # every long prompt needs compressing
 CLIENT_TIMEOUT_S = 300
+BODY_BYTES, INFLIGHT_BODY_BYTES = 64 * 1024 * 1024, 512 * 1024 * 1024  # the gateway's defaults
 
 
 @dataclass
@@ -62,7 +63,8 @@ def write_config(folder: Path, upstream: str, workers: int) -> Path:
     config.write_text(json.dumps({  # JSON is YAML
         "model_list": [entry("echo"), entry("big", model_info={"max_input_tokens": WINDOW})],
         "mixpr_settings": {"budget_tokens": 4000, "router": "heuristic"},
-        "general_settings": {"compression_workers": workers},
+        "general_settings": {"compression_workers": workers, "max_body_bytes": BODY_BYTES,
+                             "max_inflight_body_bytes": INFLIGHT_BODY_BYTES},
     }))
     return config
 
@@ -160,6 +162,37 @@ def _error_code(body: bytes) -> str | None:
         return "not-openai-json"
 
 
+async def shed_probe(port: int, hold_bytes: int, body_limit: int, probes: int = 50) -> dict[str, Any]:
+    """Time to a 503 when the body-bytes gate is full: fill it with requests whose bodies never
+    come, then send ``probes`` requests' headers (their bodies are never sent either)."""
+
+    async def headers_only(length: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {length}\r\n\r\n".encode())
+        await writer.drain()
+        return reader, writer
+
+    holders = [await headers_only(body_limit) for _ in range(hold_bytes // body_limit)]
+    await asyncio.sleep(0.5)  # let the gateway take their reservations
+    timings, statuses = [], collections.Counter()
+    for _ in range(probes):
+        started = time.perf_counter()
+        reader, writer = await headers_only(body_limit)
+        status_line = await reader.readline()
+        timings.append((time.perf_counter() - started) * 1000)
+        statuses[status_line.split()[1].decode()] += 1
+        writer.close()
+    for _, writer in holders:  # clients that leave mid-body must give their bytes back
+        writer.close()
+    await asyncio.sleep(0.5)
+    async with aiohttp.ClientSession() as session:
+        payload = json.dumps({"model": "echo", "messages": SHORT}).encode()
+        async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=payload) as after:
+            status_after = after.status
+    return {"statuses": dict(statuses), "latency_ms": summarize(timings), "short_after": status_after}
+
+
 def kill_one_worker(gateway: psutil.Process, rng: random.Random) -> list[int]:
     workers = compression_workers(gateway)
     if not workers:
@@ -177,13 +210,17 @@ async def sample_rss(gateway: psutil.Process, rss: list[tuple[float, int]], bega
         await asyncio.sleep(1)
 
 
-def rss_report(rss: list[tuple[float, int]], warm_up_s: float) -> dict[str, float]:
+def rss_report(rss: list[tuple[float, int]], warm_up_s: float, load_s: float) -> dict[str, float]:
+    """Medians over 10 s under load: right after warm-up and at the end; then idle, after the drain."""
     mib = 1024 * 1024
-    after_warm_up = [r for t, r in rss if warm_up_s - 10 <= t <= warm_up_s] or [rss[0][1]]
-    last = [r for _, r in rss[-10:]]
+
+    def median_between(start: float, end: float) -> float:
+        return statistics.median([r for t, r in rss if start <= t <= end] or [rss[-1][1]]) / mib
+
     return {"peak_mib": max(r for _, r in rss) / mib,
-            "after_warm_up_mib": statistics.median(after_warm_up) / mib,
-            "end_mib": statistics.median(last) / mib}
+            "after_warm_up_mib": median_between(warm_up_s - 10, warm_up_s),
+            "end_of_load_mib": median_between(load_s - 10, load_s),
+            "idle_after_mib": rss[-1][1] / mib}
 
 
 def main() -> None:
@@ -212,12 +249,15 @@ def main() -> None:
             tally, killed = asyncio.run(traffic(url, args.minutes, args.rate, args.kill_every,
                                                 psutil.Process(gateway_proc.pid), rss, args.seed))
             restarts = _metric(port, "mixpr_compression_worker_restarts_total")
+            shed = asyncio.run(shed_probe(port, INFLIGHT_BODY_BYTES, BODY_BYTES))
         finally:
             if gateway_proc is not None:
                 gateway_proc.terminate()
                 gateway_proc.wait(30)
             upstream_proc.kill()
-        errors = [line for line in log.read_text().splitlines() if " ERROR " in line]
+        # Without the timestamp, so repeats count together (the gateway never logs prompt text).
+        errors = collections.Counter(line.split(" ", 2)[-1] for line in log.read_text().splitlines()
+                                     if " ERROR " in line)
     figures = {
         "minutes": args.minutes, "rate": args.rate, "sent": tally.sent,
         "answered": dict(sorted(tally.answered.items())), "lost": dict(tally.lost),
@@ -225,8 +265,9 @@ def main() -> None:
         "short_latency_ms": summarize(tally.short_ms) if tally.short_ms else {},
         "long_latency_ms": summarize(tally.long_ms) if tally.long_ms else {},
         "shed_latency_ms": summarize(tally.shed_ms) if tally.shed_ms else {},
-        "gateway_rss": rss_report(rss, warm_up) | {"warm_up_s": warm_up},
-        "gateway_error_log_lines": len(errors),
+        "gateway_rss": rss_report(rss, warm_up, args.minutes * 60) | {"warm_up_s": warm_up},
+        "body_bytes_shed_probe": shed,
+        "gateway_error_log": dict(errors),
     }
     print(json.dumps(figures, indent=2))
     if args.json:
