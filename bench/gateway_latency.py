@@ -96,10 +96,10 @@ def write_config(folder: Path, upstream: str, window: int, executor: str = "proc
     return config
 
 
-def start_gateway(config: Path, port: int, workers: int) -> subprocess.Popen:
+def start_gateway(config: Path, port: int, workers: int, **popen: Any) -> subprocess.Popen:
     argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port),
             "--log-level", "warning", "--workers", str(workers)]
-    proc = subprocess.Popen(argv, cwd=ROOT)
+    proc = subprocess.Popen(argv, cwd=ROOT, **popen)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         try:
