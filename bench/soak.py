@@ -211,14 +211,19 @@ async def sample_rss(gateway: psutil.Process, rss: list[tuple[float, int]], bega
 
 
 def rss_report(rss: list[tuple[float, int]], warm_up_s: float, load_s: float) -> dict[str, float]:
-    """Medians over 10 s under load: right after warm-up and at the end; then idle, after the drain."""
+    """Medians over 10 s under load: right after warm-up and at the end; the trend in between
+    (least squares); then idle, after the drain."""
     mib = 1024 * 1024
 
     def median_between(start: float, end: float) -> float:
         return statistics.median([r for t, r in rss if start <= t <= end] or [rss[-1][1]]) / mib
 
+    times = [t for t, _ in rss if warm_up_s <= t <= load_s]
+    sizes = [r / mib for t, r in rss if warm_up_s <= t <= load_s]
+    slope = statistics.linear_regression(times, sizes).slope * 60 if len(times) > 2 else 0.0
     return {"peak_mib": max(r for _, r in rss) / mib,
             "after_warm_up_mib": median_between(warm_up_s - 10, warm_up_s),
+            "slope_after_warm_up_mib_per_min": slope,
             "end_of_load_mib": median_between(load_s - 10, load_s),
             "idle_after_mib": rss[-1][1] / mib}
 

@@ -139,29 +139,42 @@ class Compressor:
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a bug, a pathological text or a dead worker must not cost an answer
-            cause = exc.cause if isinstance(exc, JobFailed) else "error"
-            self._failed(cause)
-            log.warning("compression failed (%s, %s); deciding whether the original fits",
-                        cause, type(exc).__name__)
-            log.debug("traceback", exc_info=exc)
-            # Over this many characters it cannot fit: no need to count (and the pool may be down).
-            if stream_tokens is None and len(conv.text) <= CHARS_PER_TOKEN_CEILING * target.limit:
-                stream_tokens = await self._count(pool, conv.text, target.model)
-            if stream_tokens is not None and stream_tokens + fixed <= target.limit:
-                total = stream_tokens + fixed
-                return Outcome(messages, "passthrough", total, total)
-            if isinstance(exc, JobFailed):
-                total = stream_tokens + fixed if stream_tokens is not None else None
-                raise _unavailable(exc.cause, total, target) from exc
-            if stream_tokens is None:
-                stream_tokens = await self._count(pool, conv.text, target.model)
+            return await self._fail_open(pool, exc, messages, conv, stream_tokens, fixed, target)
+
+    async def _fail_open(
+        self,
+        pool: _Ticket,
+        exc: Exception,
+        messages: list[dict[str, Any]],
+        conv: conversation.Conversation,
+        stream_tokens: int | None,
+        fixed: int,
+        target: Target,
+    ) -> Outcome:
+        """After a failed compression: the original when it fits, else 503 (pool) or 400 (MixPR raised)."""
+        cause = exc.cause if isinstance(exc, JobFailed) else "error"
+        self._failed(cause)
+        log.warning("compression failed (%s, %s); deciding whether the original fits",
+                    cause, type(exc).__name__)
+        log.debug("traceback", exc_info=exc)
+        # Over this many characters it cannot fit: no need to count (and the pool may be down).
+        if stream_tokens is None and len(conv.text) <= CHARS_PER_TOKEN_CEILING * target.limit:
+            stream_tokens = await self._count(pool, conv.text, target.model)
+        if stream_tokens is not None and stream_tokens + fixed <= target.limit:
             total = stream_tokens + fixed
-            raise ContextLengthExceeded(
-                f"The prompt is {total} tokens but the model accepts {target.window} "
-                f"(with {target.reserve} kept for the reply), and compressing it failed "
-                f"({type(exc).__name__}), so it was not sent.",
-                param="messages",
-            ) from exc
+            return Outcome(messages, "passthrough", total, total)
+        if isinstance(exc, JobFailed):
+            total = stream_tokens + fixed if stream_tokens is not None else None
+            raise _unavailable(exc.cause, total, target) from exc
+        if stream_tokens is None:
+            stream_tokens = await self._count(pool, conv.text, target.model)
+        total = stream_tokens + fixed
+        raise ContextLengthExceeded(
+            f"The prompt is {total} tokens but the model accepts {target.window} "
+            f"(with {target.reserve} kept for the reply), and compressing it failed "
+            f"({type(exc).__name__}), so it was not sent.",
+            param="messages",
+        ) from exc
 
     async def _count(self, pool: _Ticket, text: str, model: str) -> int:
         if len(text) < INLINE_COUNT_CHARS:
