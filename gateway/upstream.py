@@ -161,6 +161,10 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def _from_the_wire(exc: BaseException) -> bool:
     # LiteLLM's exceptions all derive from openai's; transports raise httpx/aiohttp/OS errors.
+    # LiteLLM also wraps its own bugs (an AttributeError on a message it did not expect) in
+    # APIConnectionError, so that one counts only through a transport error among its causes.
+    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+        return False
     return isinstance(exc, openai.OpenAIError | httpx.HTTPError | OSError | asyncio.TimeoutError) or (
         type(exc).__module__.startswith("aiohttp")
     )
