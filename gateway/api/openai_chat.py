@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from gateway.api.common import authorize, is_int_at_least, parse_control, read_json, state
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
+from gateway.upstream import USER_PART_TYPES
 
 log = logging.getLogger("gateway.api.openai_chat")
 
@@ -65,15 +66,18 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
             raise BadRequest(f"messages[{i}].content must be a string, an array of parts or null.",
                              param=f"messages[{i}].content")
         if isinstance(content, list):
-            _validate_parts(content, f"messages[{i}].content")
+            _validate_parts(content, f"messages[{i}].content", user=message["role"] == "user")
         _check_types(message, MESSAGE_FIELDS, f"messages[{i}].")
     return messages
 
 
-def _validate_parts(parts: list[Any], where: str) -> None:
+def _validate_parts(parts: list[Any], where: str, *, user: bool) -> None:
     for j, part in enumerate(parts):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise BadRequest(f"{where}[{j}] must be an object with a string 'type'.", param=f"{where}[{j}]")
+        if user and part["type"] not in USER_PART_TYPES:
+            raise BadRequest(f"{where}[{j}].type must be one of {', '.join(USER_PART_TYPES)}.",
+                             param=f"{where}[{j}].type")
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise BadRequest(f"{where}[{j}].text must be a string.", param=f"{where}[{j}].text")
 

@@ -64,9 +64,13 @@ plausible = {  # well-typed values (sometimes anything), so most bodies get thro
     "metadata": st.dictionaries(clean_text, clean_text, max_size=2), "store": st.booleans(),
     "reasoning_effort": st.sampled_from(["low", "high", "extreme"]), "x-unknown": json_values,
 }
+plausible_part = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "image_url", "input_audio", "file", "refusal", "bogus"])},
+    optional={"text": clean_text, "image_url": st.fixed_dictionaries({"url": clean_text})})
 valid_chat = st.fixed_dictionaries(
     {"model": st.just("gpt-test"),
-     "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(ROLES[:4]), "content": text}),
+     "messages": st.lists(st.fixed_dictionaries({"role": st.sampled_from(ROLES[:4]), "content": text
+                                                 | st.lists(plausible_part, max_size=2)}),
                           min_size=1, max_size=3)},
     optional={key: values | values | values | json_values for key, values in plausible.items()},
 )

@@ -91,3 +91,13 @@ def test_litellm_failing_on_its_own_is_not_a_connection_error() -> None:
                                              llm_provider="openai", model="echo") from bug
     except litellm.APIConnectionError as wrapped:
         assert (map_error(wrapped).status_code, map_error(wrapped).code) == (500, None)
+
+
+def test_a_user_content_part_litellm_refuses_is_a_400(http: httpx.Client, upstream: FakeUpstream) -> None:
+    upstream.clear()
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": [{"type": "bogus"}]}]}
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[0].content[0].type"
+    assert response.json()["error"]["message"].startswith("messages[0].content[0].type must be one of text, ")
+    assert upstream.received() == []
