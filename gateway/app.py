@@ -35,8 +35,7 @@ class GatewayState:
         self.config = config
         self.metrics = Metrics()
         self.chat: ChatService | None = None
-        self.managed: list[Any] = []
-        self.managed_names: list[str] = []  # model_name of each entry of ``managed``
+        self.managed: dict[str, Any] = {}  # model_name -> its ManagedServer
         self.started = False
         self.failure: str | None = None  # why a managed server did not come up
         self._starting: asyncio.Task[None] | None = None
@@ -47,16 +46,8 @@ class GatewayState:
 
     def problems(self) -> list[str]:
         """What keeps the gateway from serving every model, one line per component; [] when ready."""
-        found = []
-        for name, server in self.managed_models.items():
-            if not server.ready:
-                problem = getattr(server, "problem", None) or "managed server not ready"
-                found.append(f"model {name!r}: {problem}")
-        return found
-
-    @property
-    def managed_models(self) -> dict[str, Any]:
-        return dict(zip(self.managed_names, self.managed, strict=True))
+        return [f"model {name!r}: {server.problem}"
+                for name, server in self.managed.items() if not server.ready]
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -68,7 +59,7 @@ class GatewayState:
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
         await compressor.start(with_router=auto)
         self.managed = self._managed_servers()
-        self.chat.managed = self.managed_models
+        self.chat.managed = self.managed
         # Models load in the background: liveliness answers at once, readiness once they answer.
         self._starting = asyncio.create_task(self._start_managed())
         self.started = True
@@ -82,11 +73,11 @@ class GatewayState:
             await self._stop_managed()
             compressor.close()
 
-    def _managed_servers(self) -> list[Any]:
+    def _managed_servers(self) -> dict[str, Any]:
         """One ``ManagedServer`` per model with a ``managed_server`` block; bad settings fail start-up."""
         entries = [m for m in self.config.model_list if m.managed_server]
         if not entries:
-            return []
+            return {}
         try:
             from gateway.local_model import ManagedServer
         except ImportError as exc:
@@ -94,10 +85,10 @@ class GatewayState:
                 f"model {entries[0].model_name!r} has a managed_server, but gateway.local_model "
                 f"cannot be imported ({exc})"
             ) from exc
-        self.managed_names = [entry.model_name for entry in entries]
         restarts = self.metrics.managed_restarts
-        return [ManagedServer(entry.managed_server, on_restart=restarts.labels(entry.model_name).inc)
-                for entry in entries]
+        return {entry.model_name: ManagedServer(entry.managed_server,
+                                                on_restart=restarts.labels(entry.model_name).inc)
+                for entry in entries}
 
     @property
     def starting(self) -> bool:
@@ -105,7 +96,7 @@ class GatewayState:
         return not self.started or (self._starting is not None and not self._starting.done())
 
     async def _start_managed(self) -> None:
-        for server in self.managed:
+        for server in self.managed.values():
             try:
                 await server.start()
             except Exception as exc:
@@ -114,7 +105,7 @@ class GatewayState:
                 return
 
     async def _stop_managed(self) -> None:
-        for server in reversed(self.managed):
+        for server in reversed(list(self.managed.values())):
             try:
                 await server.stop()
             except Exception:  # keep stopping the others; the error is logged, not fatal at shutdown

@@ -89,9 +89,8 @@ class ChatService:
         server = self.managed.get(model_name)
         if server is None or server.ready:
             return
-        problem = getattr(server, "problem", None) or "managed server not ready"
-        retry = str(getattr(server, "retry_after", 1))
-        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
+        retry = str(server.retry_after)
+        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({server.problem}); "
                                f"retry in {retry} s.", headers={"Retry-After": retry})
 
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
