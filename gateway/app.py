@@ -36,8 +36,7 @@ class GatewayState:
         self.config = config
         self.metrics = Metrics()
         self.chat: ChatService | None = None
-        self.managed: list[Any] = []
-        self.managed_names: list[str] = []  # model_name of each entry of ``managed``
+        self.managed: dict[str, Any] = {}  # model_name -> its ManagedServer
         self.body_bytes = Gate(config.general_settings.max_inflight_body_bytes)
         self.started = False
         self.failure: str | None = None  # why a managed server did not come up
@@ -49,18 +48,11 @@ class GatewayState:
 
     def problems(self) -> list[str]:
         """What keeps the gateway from serving every model, one line per component; [] when ready."""
-        found = []
-        for name, server in self.managed_models.items():
-            if not server.ready:
-                problem = getattr(server, "problem", None) or "managed server not ready"
-                found.append(f"model {name!r}: {problem}")
+        found = [f"model {name!r}: {server.problem}"
+                 for name, server in self.managed.items() if not server.ready]
         if self.chat is not None:
             found += self.chat.compressor.workers.problems()
         return found
-
-    @property
-    def managed_models(self) -> dict[str, Any]:
-        return dict(zip(self.managed_names, self.managed, strict=True))
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
@@ -74,7 +66,7 @@ class GatewayState:
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
         await compressor.start(with_router=auto)
         self.managed = self._managed_servers()
-        self.chat.managed = self.managed_models
+        self.chat.managed = self.managed
         # Models load in the background: liveliness answers at once, readiness once they answer.
         self._starting = asyncio.create_task(self._start_managed())
         self.started = True
@@ -88,11 +80,11 @@ class GatewayState:
             await self._stop_managed()
             compressor.close()
 
-    def _managed_servers(self) -> list[Any]:
+    def _managed_servers(self) -> dict[str, Any]:
         """One ``ManagedServer`` per model with a ``managed_server`` block; bad settings fail start-up."""
         entries = [m for m in self.config.model_list if m.managed_server]
         if not entries:
-            return []
+            return {}
         try:
             from gateway.local_model import ManagedServer
         except ImportError as exc:
@@ -100,10 +92,10 @@ class GatewayState:
                 f"model {entries[0].model_name!r} has a managed_server, but gateway.local_model "
                 f"cannot be imported ({exc})"
             ) from exc
-        self.managed_names = [entry.model_name for entry in entries]
         restarts = self.metrics.managed_restarts
-        return [ManagedServer(entry.managed_server, on_restart=restarts.labels(entry.model_name).inc)
-                for entry in entries]
+        return {entry.model_name: ManagedServer(entry.managed_server,
+                                                on_restart=restarts.labels(entry.model_name).inc)
+                for entry in entries}
 
     @property
     def starting(self) -> bool:
@@ -111,7 +103,7 @@ class GatewayState:
         return not self.started or (self._starting is not None and not self._starting.done())
 
     async def _start_managed(self) -> None:
-        for server in self.managed:
+        for server in self.managed.values():
             try:
                 await server.start()
             except Exception as exc:
@@ -120,7 +112,7 @@ class GatewayState:
                 return
 
     async def _stop_managed(self) -> None:
-        for server in reversed(self.managed):
+        for server in reversed(list(self.managed.values())):
             try:
                 await server.stop()
             except Exception:  # keep stopping the others; the error is logged, not fatal at shutdown

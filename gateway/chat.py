@@ -92,9 +92,8 @@ class ChatService:
         server = self.managed.get(model_name)
         if server is None or server.ready:
             return
-        problem = getattr(server, "problem", None) or "managed server not ready"
-        retry = str(getattr(server, "retry_after", 1))
-        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
+        retry = str(server.retry_after)
+        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({server.problem}); "
                                f"retry in {retry} s.", headers={"Retry-After": retry})
 
     async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,

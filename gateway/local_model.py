@@ -242,26 +242,33 @@ class ManagedServer:
             if self._stopping:
                 return
             self._ready = False
-            attempt = 1 if time.monotonic() - up_since >= STABLE_AFTER else attempt + 1
-            while not self._stopping:
-                delay = min(BACKOFF_FIRST * 2 ** (attempt - 1), BACKOFF_CAP)
-                self._state = f"restarting (exit code {code}), attempt {attempt}"
-                logger.warning("model server on port %d exited with code %s; restart %d in %.1f s",
-                               self.port, code, attempt, delay)
-                self._next_attempt = time.monotonic() + delay
-                await self._discard_process()
-                await asyncio.sleep(delay)
-                self.restarts += 1
-                if self._on_restart is not None:
-                    self._on_restart()
-                try:
-                    await self._launch(argv)
-                    break
-                except Exception as exc:  # keep supervising: a later attempt may well succeed
-                    code = self._process.returncode if self._process is not None else None
-                    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-                    logger.warning("restarting the model server failed: %s", reason)
-                    attempt += 1
+            if time.monotonic() - up_since >= STABLE_AFTER:
+                attempt = 0
+            attempt = await self._restart(argv, f"exit code {code}", attempt + 1)
+
+    async def _restart(self, argv: list[str], why: str, attempt: int) -> int:
+        """Relaunch after a growing delay until a run answers; the attempt that made it."""
+        while not self._stopping:
+            delay = min(BACKOFF_FIRST * 2 ** (attempt - 1), BACKOFF_CAP)
+            self._state = f"restarting ({why}), attempt {attempt}"
+            logger.warning("model server on port %d stopped (%s); restart %d in %.1f s",
+                           self.port, why, attempt, delay)
+            self._next_attempt = time.monotonic() + delay
+            await self._discard_process()
+            await asyncio.sleep(delay)
+            self.restarts += 1
+            if self._on_restart is not None:
+                self._on_restart()
+            try:
+                await self._launch(argv)
+                return attempt
+            except Exception as exc:  # keep supervising: a later attempt may well succeed
+                code = self._process.returncode if self._process is not None else None
+                why = f"exit code {code}" if code is not None else "no answer"
+                logger.warning("restarting the model server failed: %s",
+                               (str(exc).splitlines() or [type(exc).__name__])[0])
+                attempt += 1
+        return attempt
 
     async def _discard_process(self) -> None:
         """Stop what is left of the last run (a process that never answered, its output reader)."""

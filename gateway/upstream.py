@@ -22,6 +22,7 @@ import anyio
 import httpx
 import litellm
 import openai
+from litellm.types.llms.openai import ValidUserMessageContentTypes
 
 from gateway.config import ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
@@ -42,6 +43,9 @@ CLIENT_OPTIONS = frozenset({
 })
 # Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
 ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
+# LiteLLM refuses user content parts of any other type (with an error that looks like a lost
+# connection), so the API adapters check them first.
+USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
                 429: "rate_limit_error"}
@@ -220,6 +224,10 @@ def _causes(exc: BaseException) -> list[BaseException]:
 
 def _from_the_wire(exc: BaseException) -> bool:
     # LiteLLM's exceptions all derive from openai's; transports raise httpx/aiohttp/OS errors.
+    # LiteLLM also wraps its own bugs (an AttributeError on a message it did not expect) in
+    # APIConnectionError, so that one counts only through a transport error among its causes.
+    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+        return False
     return isinstance(exc, openai.OpenAIError | httpx.HTTPError | OSError | asyncio.TimeoutError) or (
         type(exc).__module__.startswith("aiohttp")
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,8 @@ from gateway.policy import AUTO, Control
 from mixpr import ROUTES
 
 CONTROL_KEYS = ("enabled", "route", "budget_tokens")
+MAX_DEPTH = 64  # JSON nesting; OpenAI's deepest structures (tool schemas) stay far below
+_SURROGATE = re.compile("[\ud800-\udfff]")
 MIN_BUDGET = 16
 
 
@@ -58,10 +61,52 @@ async def read_json(request: Request, limit: int) -> Any:
         if held is not None and not declared.isdigit():
             held.take(len(chunk))
         chunks.append(chunk)
+    return parse_json(b"".join(chunks))
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: no NaN/Infinity, no lone surrogates, nesting at most ``MAX_DEPTH`` deep.
+
+    Python's parser accepts all three, but none survives the way on: the upstream call's encoder
+    refuses NaN, UTF-8 cannot carry a lone surrogate, and deep nesting exhausts recursion later.
+    """
     try:
-        return json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError):
+        value = json.loads(raw, parse_constant=_refuse_constant)
+    except _NotJson as exc:
+        raise BadRequest(str(exc)) from None
+    except RecursionError:
+        raise _too_deep() from None
+    except ValueError:  # includes UnicodeDecodeError
         raise BadRequest("We could not parse the JSON body of your request.") from None
+    _check_strict(value)
+    return value
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJson(f"The JSON body contains {name}, which is not valid JSON.")
+
+
+def _check_strict(value: Any) -> None:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise BadRequest("The JSON body contains a lone surrogate (\\ud800-\\udfff), "
+                                 "which is not valid Unicode.")
+        elif isinstance(item, dict | list):
+            if depth > MAX_DEPTH:
+                raise _too_deep()
+            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+def _too_deep() -> BadRequest:
+    return BadRequest(f"The JSON body is nested more than {MAX_DEPTH} levels deep.")
 
 
 def _too_large(limit: int) -> PayloadTooLarge:

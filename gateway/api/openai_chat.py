@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from gateway.api.common import authorize, is_int_at_least, parse_control, read_json, state
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
+from gateway.upstream import USER_PART_TYPES
 
 log = logging.getLogger("gateway.api.openai_chat")
 
@@ -64,7 +65,21 @@ def validate_messages(messages: Any) -> list[dict[str, Any]]:
         if content is not None and not isinstance(content, str | list):
             raise BadRequest(f"messages[{i}].content must be a string, an array of parts or null.",
                              param=f"messages[{i}].content")
+        if isinstance(content, list):
+            _validate_parts(content, f"messages[{i}].content", user=message["role"] == "user")
+        _check_types(message, MESSAGE_FIELDS, f"messages[{i}].")
     return messages
+
+
+def _validate_parts(parts: list[Any], where: str, *, user: bool) -> None:
+    for j, part in enumerate(parts):
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise BadRequest(f"{where}[{j}] must be an object with a string 'type'.", param=f"{where}[{j}]")
+        if user and part["type"] not in USER_PART_TYPES:
+            raise BadRequest(f"{where}[{j}].type must be one of {', '.join(USER_PART_TYPES)}.",
+                             param=f"{where}[{j}].type")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise BadRequest(f"{where}[{j}].text must be a string.", param=f"{where}[{j}].text")
 
 
 def validate_params(body: dict[str, Any]) -> None:
@@ -74,6 +89,58 @@ def validate_params(body: dict[str, Any]) -> None:
         value = body.get(key)
         if value is not None and not is_int_at_least(value, 1):
             raise BadRequest(f"'{key}' must be a positive integer.", param=key)
+    _check_types(body, PARAM_TYPES, "")
+    for key in ("tools", "functions"):
+        for j, item in enumerate(body.get(key) or ()):
+            if not isinstance(item, dict) or not isinstance(item.get("function", item), dict):
+                raise BadRequest(f"'{key}[{j}]' must be an object (with a 'function' object).",
+                                 param=f"{key}[{j}]")
+
+
+def _check_types(fields: dict[str, Any], types: dict[str, tuple[str, Any]], prefix: str) -> None:
+    """OpenAI's types for the fields LiteLLM reads; null is fine, other fields are the upstream's."""
+    for key, (described, accepts) in types.items():
+        value = fields.get(key)
+        if value is not None and not accepts(value):
+            raise BadRequest(f"'{prefix}{key}' must be {described}.", param=prefix + key)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _objects(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, dict) for v in value)
+
+
+NUMBER = ("a number", _number)
+INTEGER = ("an integer", _integer)
+BOOLEAN = ("a boolean", lambda v: isinstance(v, bool))
+STRING = ("a string", lambda v: isinstance(v, str))
+OBJECT = ("an object", lambda v: isinstance(v, dict))
+OBJECTS = ("an array of objects", _objects)
+STRING_OR_OBJECT = ("a string or an object", lambda v: isinstance(v, str | dict))
+PARAM_TYPES = {
+    "temperature": NUMBER, "top_p": NUMBER, "presence_penalty": NUMBER, "frequency_penalty": NUMBER,
+    "n": ("an integer >= 1", lambda v: is_int_at_least(v, 1)), "seed": INTEGER,
+    "top_logprobs": ("an integer >= 0", lambda v: is_int_at_least(v, 0)), "logprobs": BOOLEAN,
+    "parallel_tool_calls": BOOLEAN, "store": BOOLEAN, "user": STRING, "service_tier": STRING,
+    "reasoning_effort": STRING, "stop": ("a string or an array of strings", lambda v: isinstance(v, str)
+                                         or _strings(v)),
+    "modalities": ("an array of strings", _strings), "tools": OBJECTS, "functions": OBJECTS,
+    "tool_choice": STRING_OR_OBJECT, "function_call": STRING_OR_OBJECT, "response_format": OBJECT,
+    "stream_options": OBJECT, "logit_bias": OBJECT, "metadata": OBJECT, "audio": OBJECT,
+    "prediction": OBJECT,
+}  # fmt: skip
+MESSAGE_FIELDS = {"name": STRING, "tool_call_id": STRING, "tool_calls": OBJECTS, "function_call": OBJECT}
 
 
 async def sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:

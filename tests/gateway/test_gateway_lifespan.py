@@ -29,6 +29,10 @@ class FakeManagedServer:
         self.stopped = False
         FakeManagedServer.instances.append(self)
 
+    @property
+    def problem(self) -> str | None:
+        return None if self.ready else "managed server starting"
+
     async def start(self) -> None:
         import asyncio
 
@@ -76,7 +80,7 @@ def test_readiness_waits_for_managed_servers(fake_managed: type[FakeManagedServe
         live = httpx.get(server.url + "/health/liveliness")
         ready = httpx.get(server.url + "/health/readiness")
         assert (live.status_code, ready.status_code, ready.json()) == (
-            200, 503, {"status": "starting", "problems": ["model 'local': managed server not ready"]})
+            200, 503, {"status": "starting", "problems": ["model 'local': managed server starting"]})
         managed.release.set()
         _wait_for(lambda: httpx.get(server.url + "/health/readiness").status_code == 200)
     finally:
@@ -93,6 +97,6 @@ def test_a_managed_server_that_fails_is_reported(fake_managed: type[FakeManagedS
         ready = httpx.get(server.url + "/health/readiness")
         assert (ready.status_code, ready.json()) == (
             503, {"status": "failed", "error": "RuntimeError: model file not found",
-                  "problems": ["model 'local': managed server not ready"]})
+                  "problems": ["model 'local': managed server starting"]})
     finally:
         server.stop()

@@ -385,7 +385,7 @@ def test_the_gateway_answers_503_while_its_model_restarts(fake_llama, model_file
             _wait(lambda: http.get("/health/readiness").status_code == 200)
             answer = http.post("/v1/chat/completions", json=chat).json()
             assert answer["choices"][0]["message"]["content"] == "local says hi"
-            [managed] = app.state.gateway.managed
+            managed = app.state.gateway.managed["local"]
             os.kill(managed._process.pid, signal.SIGKILL)
             _wait(lambda: http.get("/health/readiness").status_code == 503)
             ready = http.get("/health/readiness").json()

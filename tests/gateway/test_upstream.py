@@ -74,3 +74,30 @@ def test_a_client_hanging_up_mid_stream_closes_the_upstream_connection(
         time.sleep(0.05)
     assert seen.closed_at is not None, "the upstream kept generating after the client left"
     assert seen.closed_at - hung_up < 2.0
+
+
+def test_litellm_failing_on_its_own_is_not_a_connection_error() -> None:
+    # LiteLLM wraps its own AttributeError (a message part it did not expect) in APIConnectionError;
+    # blaming the network (502) would send operators after the wrong thing.
+    import litellm
+
+    from gateway.upstream import map_error
+
+    try:
+        try:
+            raise AttributeError("'int' object has no attribute 'get'")
+        except AttributeError as bug:
+            raise litellm.APIConnectionError("OpenAIException - 'int' object has no attribute 'get'",
+                                             llm_provider="openai", model="echo") from bug
+    except litellm.APIConnectionError as wrapped:
+        assert (map_error(wrapped).status_code, map_error(wrapped).code) == (500, None)
+
+
+def test_a_user_content_part_litellm_refuses_is_a_400(http: httpx.Client, upstream: FakeUpstream) -> None:
+    upstream.clear()
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": [{"type": "bogus"}]}]}
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "messages[0].content[0].type"
+    assert response.json()["error"]["message"].startswith("messages[0].content[0].type must be one of text, ")
+    assert upstream.received() == []
