@@ -171,3 +171,20 @@ def test_failure_after_the_stream_started_is_an_error_event(claude: anthropic.An
 def test_other_paths_keep_the_openai_error_shape(http: httpx.Client) -> None:
     response = http.post("/v1/chat/completions", json={"model": "no-such-model", "messages": HELLO})
     assert response.json()["error"]["code"] == "model_not_found"
+
+
+def test_mixpr_switches_and_metrics(claude: anthropic.Anthropic, gateway_url: str) -> None:
+    text = haystack(120, seed=42) + "\n\n" + QUESTION  # ~2k tokens: fits, so only a switch compresses it
+    raw = claude.messages.with_raw_response.create(
+        model="gpt-test", max_tokens=16, messages=[{"role": "user", "content": text}],
+        extra_headers={"x-mixpr-enabled": "true", "x-mixpr-budget-tokens": "300"})
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert int(raw.headers["x-mixpr-compressed-tokens"]) < 400
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        claude.messages.create(model="gpt-test", max_tokens=16, messages=HELLO,
+                               extra_body={"mixpr": {"route": "sideways"}})
+    assert caught.value.body == _anthropic_error("invalid_request_error",
+                                                 "mixpr.route must be one of auto, heuristic, local, global.")
+    metrics = httpx.get(gateway_url + "/metrics").text
+    assert 'mixpr_requests_total{path="/v1/messages",status="200"}' in metrics
+    assert 'mixpr_requests_total{path="/v1/messages",status="400"}' in metrics

@@ -177,3 +177,16 @@ def test_failure_after_the_stream_started_is_an_error_event(http: httpx.Client) 
     error = json.loads(events[-1].split("\n", 1)[1][len("data: "):])
     assert (error["type"], error["code"]) == ("error", "upstream_connection_error")
     assert "event: response.completed" not in kinds
+
+
+def test_mixpr_switches_and_metrics(client: openai.OpenAI, gateway_url: str) -> None:
+    text = haystack(120, seed=32) + "\n\n" + QUESTION  # ~2k tokens: fits, so only a switch compresses it
+    raw = client.responses.with_raw_response.create(
+        model="gpt-test", input=text, extra_body={"mixpr": {"enabled": True, "budget_tokens": 300}})
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert int(raw.headers["x-mixpr-compressed-tokens"]) < 400
+    raw = client.responses.with_raw_response.create(model="gpt-test", input=text,
+                                                    extra_headers={"x-mixpr-enabled": "false"})
+    assert raw.headers["x-mixpr-action"] == "passthrough"
+    metrics = httpx.get(gateway_url + "/metrics").text
+    assert 'mixpr_requests_total{path="/v1/responses",status="200"}' in metrics
