@@ -11,6 +11,7 @@ tests never race on shared state:
 * ``mode-hang``: never answers (until the client gives up)
 * ``mode-close``: closes the connection without answering
 * ``mode-midstream``: for ``stream=True``, sends one chunk and then drops the connection
+* ``mode-think``: thinks first (``reasoning_content``, as llama.cpp and vLLM send it), then answers
 * ``mode-tool``: calls the request's first tool with ``TOOL_ARGUMENTS`` (streamed: name, then
   the arguments in two pieces), with ``finish_reason: tool_calls``
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
@@ -36,6 +37,7 @@ ROUTER_MARKER = "If the query asks for summarization"
 REPLY_TEXT = "Hello from the fake upstream."
 TOOL_ARGUMENTS = '{"query": "lighthouse vault"}'
 TOOL_CALL_ID = "call_fake_1"
+REASONING_TEXT = "The user greets me. I greet back."
 
 
 @dataclass
@@ -163,10 +165,14 @@ class FakeUpstream:
                 _write_json(writer, 200, _tool_completion(mode, name))
             return True
         text = "n" if request.is_router_call else REPLY_TEXT
+        reasoning = REASONING_TEXT if mode == "mode-think" else None
         if body.get("stream"):
-            await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream")
+            await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream", reasoning=reasoning)
             return mode != "mode-midstream"
-        _write_json(writer, 200, _completion(mode, text))
+        completion = _completion(mode, text)
+        if reasoning:
+            completion["choices"][0]["message"]["reasoning_content"] = reasoning
+        _write_json(writer, 200, completion)
         return True
 
 
@@ -267,10 +273,16 @@ def _write_json(
     writer.write(_head(status, headers) + data)
 
 
-async def _write_stream(writer: asyncio.StreamWriter, model: str, text: str, *, drop_midway: bool) -> None:
+async def _write_stream(
+    writer: asyncio.StreamWriter, model: str, text: str, *, drop_midway: bool, reasoning: str | None = None
+) -> None:
     headers = {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}
     writer.write(_head(200, headers))
     pieces = [_chunk(model, {"role": "assistant", "content": ""}, None)]
+    if reasoning:
+        middle = len(reasoning) // 2
+        pieces += [_chunk(model, {"reasoning_content": part}, None)
+                   for part in (reasoning[:middle], reasoning[middle:])]
     pieces += [_chunk(model, {"content": word}, None) for word in text.split(" ")[:1] if drop_midway]
     if not drop_midway:
         words = text.split(" ")

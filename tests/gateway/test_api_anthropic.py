@@ -10,7 +10,7 @@ import httpx
 import pytest
 from conftest import MASTER_KEY, MAX_BODY_BYTES, SMALL_WINDOW
 from corpus import NEEDLE, QUESTION, haystack
-from fake_upstream import REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
+from fake_upstream import REASONING_TEXT, REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
 
 from mixpr.tokens import count_tokens
 
@@ -188,3 +188,15 @@ def test_mixpr_switches_and_metrics(claude: anthropic.Anthropic, gateway_url: st
     metrics = httpx.get(gateway_url + "/metrics").text
     assert 'mixpr_requests_total{path="/v1/messages",status="200"}' in metrics
     assert 'mixpr_requests_total{path="/v1/messages",status="400"}' in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_becomes_a_thinking_block(claude: anthropic.Anthropic, stream: bool) -> None:
+    if stream:
+        with claude.messages.stream(model="thinker", max_tokens=64, messages=HELLO) as events:
+            message = events.get_final_message()
+    else:
+        message = claude.messages.create(model="thinker", max_tokens=64, messages=HELLO)
+    thinking, text = message.content
+    assert (thinking.type, thinking.thinking) == ("thinking", REASONING_TEXT)
+    assert (text.type, text.text) == ("text", REPLY_TEXT)

@@ -9,7 +9,7 @@ import openai
 import pytest
 from conftest import SMALL_WINDOW
 from corpus import NEEDLE, QUESTION, haystack
-from fake_upstream import REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
+from fake_upstream import REASONING_TEXT, REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
 
 from mixpr.tokens import count_tokens
 
@@ -190,3 +190,17 @@ def test_mixpr_switches_and_metrics(client: openai.OpenAI, gateway_url: str) -> 
     assert raw.headers["x-mixpr-action"] == "passthrough"
     metrics = httpx.get(gateway_url + "/metrics").text
     assert 'mixpr_requests_total{path="/v1/responses",status="200"}' in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_becomes_a_reasoning_item(client: openai.OpenAI, stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model="thinker", input="hello") as events:
+            deltas = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
+            response = events.get_final_response()
+        assert "".join(deltas) == REASONING_TEXT
+    else:
+        response = client.responses.create(model="thinker", input="hello")
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == REASONING_TEXT
+    assert message.type == "message" and response.output_text == REPLY_TEXT
