@@ -129,10 +129,30 @@ async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
 async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A non-streaming legacy completion (``litellm.atext_completion``) as JSON."""
     try:
-        response = await litellm.atext_completion(**kwargs)
+        async with _closed_client(kwargs) as client:
+            response = await litellm.atext_completion(**kwargs, **({"client": client} if client else {}))
     except Exception as exc:
         raise map_error(exc) from exc
     return response.model_dump()
+
+
+@contextlib.asynccontextmanager
+async def _closed_client(kwargs: dict[str, Any]) -> AsyncIterator[openai.AsyncOpenAI | None]:
+    """For OpenAI-compatible servers, an HTTP client closed after the call: for a non-streaming
+    legacy completion LiteLLM opens one per call and never closes it (sockets wait for the GC)."""
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(kwargs["model"], api_base=kwargs.get("api_base"))
+    except Exception:  # an unknown provider: LiteLLM will say so itself
+        provider = None
+    if provider not in ("openai", "text-completion-openai"):
+        yield None
+        return
+    client = openai.AsyncOpenAI(api_key=kwargs.get("api_key"), base_url=kwargs.get("api_base"),
+                                timeout=kwargs.get("timeout"), max_retries=0)
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 async def open_text_stream(kwargs: dict[str, Any]) -> Any:

@@ -156,6 +156,8 @@ def _echoed(body: dict[str, Any]) -> dict[str, Any]:
 
 def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
     items = []
+    if message.get("reasoning_content"):  # thinking models behind llama.cpp, vLLM, Ollama, ...
+        items.append(reasoning_item(_new_id("rs"), message["reasoning_content"], "completed"))
     if message.get("content"):
         items.append(message_item(_new_id("msg"), message["content"], "completed"))
     for call in message.get("tool_calls") or []:
@@ -163,6 +165,11 @@ def output_items(message: dict[str, Any]) -> list[dict[str, Any]]:
         items.append(function_call_item(call.get("id") or _new_id("call"), function.get("name", ""),
                                         function.get("arguments") or "", "completed"))
     return items
+
+
+def reasoning_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+    content = [] if text is None else [{"type": "reasoning_text", "text": text}]
+    return {"type": "reasoning", "id": item_id, "summary": [], "content": content, "status": status}
 
 
 def message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
@@ -209,6 +216,7 @@ class ResponseStream:
         self.sequence = 0
         self.output: list[dict[str, Any]] = []  # items in output_index order, as streamed so far
         self.message: dict[str, Any] | None = None
+        self.reasoning: dict[str, Any] | None = None
         self.calls: dict[int, dict[str, Any]] = {}  # by the chunk's tool_call index
         self.completion: dict[str, Any] = {"id": None, "created": int(time.time()), "model": body["model"]}
         self.finish: str | None = None
@@ -245,6 +253,8 @@ class ResponseStream:
             if choice.get("index", 0) != 0:
                 continue  # n > 1 has no Responses equivalent; the first choice is the answer
             delta = choice.get("delta") or {}
+            if delta.get("reasoning_content"):
+                events += self._reasoning(delta["reasoning_content"])
             if delta.get("content"):
                 events += self._text(delta["content"])
             for call in delta.get("tool_calls") or []:
@@ -265,6 +275,17 @@ class ResponseStream:
         events.append(self._event("response.output_text.delta", item_id=self.message["id"],
                                   output_index=self._index(self.message), content_index=0, delta=text,
                                   logprobs=[]))
+        return events
+
+    def _reasoning(self, text: str) -> list[dict[str, Any]]:
+        events = []
+        if self.reasoning is None:
+            self.reasoning = reasoning_item(_new_id("rs"), None, "in_progress")
+            events += self._add(self.reasoning)
+            self.reasoning["content"].append({"type": "reasoning_text", "text": ""})
+        self.reasoning["content"][0]["text"] += text
+        events.append(self._event("response.reasoning_text.delta", item_id=self.reasoning["id"],
+                                  output_index=self._index(self.reasoning), content_index=0, delta=text))
         return events
 
     def _tool_call(self, call: dict[str, Any]) -> list[dict[str, Any]]:
@@ -297,6 +318,10 @@ class ResponseStream:
                                           content_index=0, text=part["text"], logprobs=[]))
                 events.append(self._event("response.content_part.done", item_id=item["id"],
                                           output_index=index, content_index=0, part=part))
+            elif item["type"] == "reasoning":
+                events.append(self._event("response.reasoning_text.done", item_id=item["id"],
+                                          output_index=index, content_index=0,
+                                          text=item["content"][0]["text"]))
             else:
                 events.append(self._event("response.function_call_arguments.done", item_id=item["id"],
                                           output_index=index, name=item["name"],

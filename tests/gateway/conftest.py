@@ -84,6 +84,7 @@ def gateway_config(base: str) -> dict[str, Any]:
             model("llama-invalid", "mode-llama-invalid", base),
             model("trickle", "mode-slowstream", base),
             model("tool-user", "mode-tool", base),
+            model("thinker", "mode-think", base),
             model("unreachable", "x", f"http://127.0.0.1:{closed_port()}/v1"),
         ],
         "mixpr_settings": {"router": "heuristic", "budget_tokens": 4000},

@@ -19,6 +19,7 @@ tests never race on shared state:
 * ``mode-needle...``: an LLM that reads: answers the body field ``needle`` when it occurs in the
   messages it received, else "unanswerable" when they carry the Self-Route instruction, else a
   wrong guess; streamed in pieces of 5 characters so a word spans chunks
+* ``mode-think``: thinks first (``reasoning_content``, as llama.cpp and vLLM send it), then answers
 * ``mode-tool``: calls the request's first tool with ``TOOL_ARGUMENTS`` (streamed: name, then
   the arguments in two pieces), with ``finish_reason: tool_calls``
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
@@ -48,6 +49,7 @@ SELF_ROUTE_MARKER = "If the question cannot be answered based on the provided te
 GUESS_TEXT = "It is probably in the part I did not see."
 TOOL_ARGUMENTS = '{"query": "lighthouse vault"}'
 TOOL_CALL_ID = "call_fake_1"
+REASONING_TEXT = "The user greets me. I greet back."
 
 
 @dataclass
@@ -197,11 +199,15 @@ class FakeUpstream:
         text = "n" if request.is_router_call else REPLY_TEXT
         if mode.startswith("mode-needle") and not request.is_router_call:
             text = _needle_reply(body)
+        reasoning = REASONING_TEXT if mode == "mode-think" else None
         if body.get("stream"):
             await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream",
-                                piece_chars=5 if mode.startswith("mode-needle") else 0)
+                                piece_chars=5 if mode.startswith("mode-needle") else 0, reasoning=reasoning)
             return mode != "mode-midstream"
-        _write_json(writer, 200, _completion(mode, text))
+        completion = _completion(mode, text)
+        if reasoning:
+            completion["choices"][0]["message"]["reasoning_content"] = reasoning
+        _write_json(writer, 200, completion)
         return True
 
 
@@ -333,11 +339,16 @@ def _write_json(
 
 
 async def _write_stream(
-    writer: asyncio.StreamWriter, model: str, text: str, *, drop_midway: bool, piece_chars: int = 0
+    writer: asyncio.StreamWriter, model: str, text: str, *, drop_midway: bool, piece_chars: int = 0,
+    reasoning: str | None = None,
 ) -> None:
     headers = {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}
     writer.write(_head(200, headers))
     pieces = [_chunk(model, {"role": "assistant", "content": ""}, None)]
+    if reasoning:
+        middle = len(reasoning) // 2
+        pieces += [_chunk(model, {"reasoning_content": part}, None)
+                   for part in (reasoning[:middle], reasoning[middle:])]
     pieces += [_chunk(model, {"content": word}, None) for word in text.split(" ")[:1] if drop_midway]
     if not drop_midway:
         words = text.split(" ")

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from conftest import MASTER_KEY, MAX_BODY_BYTES, SMALL_WINDOW
 from corpus import NEEDLE, QUESTION, haystack
-from fake_upstream import REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
+from fake_upstream import REASONING_TEXT, REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
 
 from mixpr.tokens import count_tokens
 
@@ -171,3 +171,32 @@ def test_failure_after_the_stream_started_is_an_error_event(claude: anthropic.An
 def test_other_paths_keep_the_openai_error_shape(http: httpx.Client) -> None:
     response = http.post("/v1/chat/completions", json={"model": "no-such-model", "messages": HELLO})
     assert response.json()["error"]["code"] == "model_not_found"
+
+
+def test_mixpr_switches_and_metrics(claude: anthropic.Anthropic, gateway_url: str) -> None:
+    text = haystack(120, seed=42) + "\n\n" + QUESTION  # ~2k tokens: fits, so only a switch compresses it
+    raw = claude.messages.with_raw_response.create(
+        model="gpt-test", max_tokens=16, messages=[{"role": "user", "content": text}],
+        extra_headers={"x-mixpr-enabled": "true", "x-mixpr-budget-tokens": "300"})
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert int(raw.headers["x-mixpr-compressed-tokens"]) < 400
+    with pytest.raises(anthropic.BadRequestError) as caught:
+        claude.messages.create(model="gpt-test", max_tokens=16, messages=HELLO,
+                               extra_body={"mixpr": {"route": "sideways"}})
+    assert caught.value.body == _anthropic_error("invalid_request_error",
+                                                 "mixpr.route must be one of auto, heuristic, local, global.")
+    metrics = httpx.get(gateway_url + "/metrics").text
+    assert 'mixpr_requests_total{path="/v1/messages",status="200"}' in metrics
+    assert 'mixpr_requests_total{path="/v1/messages",status="400"}' in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_becomes_a_thinking_block(claude: anthropic.Anthropic, stream: bool) -> None:
+    if stream:
+        with claude.messages.stream(model="thinker", max_tokens=64, messages=HELLO) as events:
+            message = events.get_final_message()
+    else:
+        message = claude.messages.create(model="thinker", max_tokens=64, messages=HELLO)
+    thinking, text = message.content
+    assert (thinking.type, thinking.thinking) == ("thinking", REASONING_TEXT)
+    assert (text.type, text.text) == ("text", REPLY_TEXT)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import httpx
 import openai
 import pytest
@@ -133,3 +135,12 @@ def test_metrics_label_each_endpoint(client: openai.OpenAI, gateway_url: str) ->
     body = httpx.get(gateway_url + "/metrics", headers={"Authorization": f"Bearer {MASTER_KEY}"}).text
     for label in ('path="/v1/embeddings"', 'path="/v1/completions"', 'path="/v1/models/{model}"'):
         assert f"mixpr_requests_total{{{label},status=\"200\"}}" in body
+
+
+def test_completions_leave_no_connection_open(
+    client: openai.OpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    for _ in range(3):
+        client.completions.create(model="gpt-test", prompt="x")
+    gc.collect()  # an HTTP session nobody closed says so when it is collected
+    assert not [r for r in caplog.records if "Unclosed" in r.getMessage()]

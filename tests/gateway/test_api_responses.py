@@ -9,7 +9,7 @@ import openai
 import pytest
 from conftest import SMALL_WINDOW
 from corpus import NEEDLE, QUESTION, haystack
-from fake_upstream import REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
+from fake_upstream import REASONING_TEXT, REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
 
 from mixpr.tokens import count_tokens
 
@@ -177,3 +177,30 @@ def test_failure_after_the_stream_started_is_an_error_event(http: httpx.Client) 
     error = json.loads(events[-1].split("\n", 1)[1][len("data: "):])
     assert (error["type"], error["code"]) == ("error", "upstream_connection_error")
     assert "event: response.completed" not in kinds
+
+
+def test_mixpr_switches_and_metrics(client: openai.OpenAI, gateway_url: str) -> None:
+    text = haystack(120, seed=32) + "\n\n" + QUESTION  # ~2k tokens: fits, so only a switch compresses it
+    raw = client.responses.with_raw_response.create(
+        model="gpt-test", input=text, extra_body={"mixpr": {"enabled": True, "budget_tokens": 300}})
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert int(raw.headers["x-mixpr-compressed-tokens"]) < 400
+    raw = client.responses.with_raw_response.create(model="gpt-test", input=text,
+                                                    extra_headers={"x-mixpr-enabled": "false"})
+    assert raw.headers["x-mixpr-action"] == "passthrough"
+    metrics = httpx.get(gateway_url + "/metrics").text
+    assert 'mixpr_requests_total{path="/v1/responses",status="200"}' in metrics
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_becomes_a_reasoning_item(client: openai.OpenAI, stream: bool) -> None:
+    if stream:
+        with client.responses.stream(model="thinker", input="hello") as events:
+            deltas = [e.delta for e in events if e.type == "response.reasoning_text.delta"]
+            response = events.get_final_response()
+        assert "".join(deltas) == REASONING_TEXT
+    else:
+        response = client.responses.create(model="thinker", input="hello")
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == REASONING_TEXT
+    assert message.type == "message" and response.output_text == REPLY_TEXT
