@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from gateway.admission import BodyBytesMiddleware, Gate
@@ -27,6 +28,7 @@ from gateway.workers import Workers
 log = logging.getLogger("gateway.app")
 
 router = APIRouter()
+CLIENT_CLOSED = 499
 
 
 class GatewayState:
@@ -204,6 +206,14 @@ def _register_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         return _error(request, 400, error_json("Invalid request.", "invalid_request_error"))
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_gone(request: Request, exc: ClientDisconnect) -> JSONResponse:
+        # The client hung up before sending its whole body: nobody reads this answer, and it is
+        # not the gateway's fault, so nginx's 499 (client closed request) rather than a 500.
+        log.info("client disconnected before sending its whole body on %s", request.url.path)
+        body = error_json("Client closed the request.", "invalid_request_error")
+        return _error(request, CLIENT_CLOSED, body)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

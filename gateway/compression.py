@@ -30,7 +30,7 @@ import mixpr
 from gateway import conversation, policy
 from gateway.admission import Gate, queue_full
 from gateway.config import MixprSettings
-from gateway.errors import CompressionUnavailable, ContextLengthExceeded, Overloaded
+from gateway.errors import CompressionFailed, CompressionUnavailable, ContextLengthExceeded, Overloaded
 from gateway.policy import Control, Target
 from gateway.workers import JobFailed, Workers
 from mixpr.tokens import count_tokens
@@ -151,7 +151,7 @@ class Compressor:
         fixed: int,
         target: Target,
     ) -> Outcome:
-        """After a failed compression: the original when it fits, else 503 (pool) or 400 (MixPR raised)."""
+        """After a failed compression: the original when it fits, else 503 (pool) or 500 (MixPR raised)."""
         cause = exc.cause if isinstance(exc, JobFailed) else "error"
         self._failed(cause)
         log.warning("compression failed (%s, %s); deciding whether the original fits",
@@ -168,12 +168,12 @@ class Compressor:
             raise _unavailable(exc.cause, total, target) from exc
         if stream_tokens is None:
             stream_tokens = await self._count(pool, conv.text, target.model)
-        total = stream_tokens + fixed
-        raise ContextLengthExceeded(
-            f"The prompt is {total} tokens but the model accepts {target.window} "
-            f"(with {target.reserve} kept for the reply), and compressing it failed "
+        # MixPR itself raised: a server fault that a retry of the same prompt would hit again, so a
+        # 500 without Retry-After, never a 4xx (the client's prompt was fine).
+        raise CompressionFailed(
+            f"The prompt is {stream_tokens + fixed} tokens but the model accepts {target.window} "
+            f"(with {target.reserve} kept for the reply), and compressing it failed on the server "
             f"({type(exc).__name__}), so it was not sent.",
-            param="messages",
         ) from exc
 
     async def _count(self, pool: _Ticket, text: str, model: str) -> int:

@@ -104,3 +104,9 @@ class CompressionUnavailable(ServiceUnavailable):
     """Compressing failed on the server (a worker crashed or timed out) and the original does not fit."""
 
     code = "compression_unavailable"
+
+
+class CompressionFailed(GatewayError):
+    """MixPR raised on this prompt (a bug, not the client's fault) and the original does not fit."""
+
+    code = "compression_failed"

@@ -172,11 +172,12 @@ def test_compression_failure_on_a_prompt_that_cannot_fit(
     response = httpx.post(thread_gateway_url + "/v1/chat/completions",
                           json={"model": "small", "messages": messages},
                           headers={"Authorization": f"Bearer {MASTER_KEY}"})
-    assert response.status_code == 400
+    assert response.status_code == 500  # the gateway's fault, not the client's
     assert response.json() == {"error": {
         "message": f"The prompt is {_prompt_tokens(messages)} tokens but the model accepts 3000 "
-                   "(with 1024 kept for the reply), and compressing it failed (_Boom), so it was not sent.",
-        "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}
+                   "(with 1024 kept for the reply), and compressing it failed on the server (_Boom), "
+                   "so it was not sent.",
+        "type": "api_error", "param": None, "code": "compression_failed"}}
     assert upstream.received("small") == []
 
 

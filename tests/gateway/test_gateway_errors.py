@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 
 import httpx
 import openai
 import pytest
-from conftest import MAX_BODY_BYTES
+from conftest import MASTER_KEY, MAX_BODY_BYTES
 from fake_upstream import FakeUpstream
 
 HELLO = [{"role": "user", "content": "hello"}]
@@ -158,3 +160,21 @@ def test_error_after_the_stream_started_is_a_final_event(http: httpx.Client, cli
 def test_unknown_route_is_openai_json(http: httpx.Client) -> None:
     response = http.get("/v1/nothing-here")
     assert (response.status_code, response.json()) == (404, _error("Not Found", "invalid_request_error"))
+
+
+def test_client_hanging_up_mid_body_is_not_a_server_error(gateway_url: str, http: httpx.Client,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A client that disconnects before its whole body arrived is counted as 499, never as a 500."""
+    port = int(gateway_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + MASTER_KEY.encode() + b"\r\nContent-Length: 100000\r\n\r\n"
+                     b'{"model": "gpt-test", "messages": [')
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        metrics = http.get("/metrics").text
+        if 'path="/v1/chat/completions",status="499"' in metrics:
+            break
+        time.sleep(0.05)
+    assert 'path="/v1/chat/completions",status="499"' in metrics
+    assert not any("unexpected error" in r.getMessage() for r in caplog.records)
