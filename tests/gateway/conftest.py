@@ -83,6 +83,7 @@ def gateway_config(base: str) -> dict[str, Any]:
             model("refuses-422", "mode-422", base),
             model("llama-invalid", "mode-llama-invalid", base),
             model("trickle", "mode-slowstream", base),
+            model("stall", "mode-stall", base),
             model("unreachable", "x", f"http://127.0.0.1:{closed_port()}/v1"),
         ],
         "mixpr_settings": {"router": "heuristic", "budget_tokens": 4000},
