@@ -78,8 +78,11 @@ def _validate_parts(parts: list[Any], where: str, *, user: bool) -> None:
         if user and part["type"] not in USER_PART_TYPES:
             raise BadRequest(f"{where}[{j}].type must be one of {', '.join(USER_PART_TYPES)}.",
                              param=f"{where}[{j}].type")
-        if part["type"] == "text" and not isinstance(part.get("text"), str):
-            raise BadRequest(f"{where}[{j}].text must be a string.", param=f"{where}[{j}].text")
+        payload = PART_PAYLOADS.get(part["type"])
+        if payload is not None and not payload[1](part.get(part["type"])):
+            # The part's content sits under its type's name; LiteLLM reads it without checking.
+            name = f"{where}[{j}].{part['type']}"
+            raise BadRequest(f"'{name}' must be {payload[0]}.", param=name)
 
 
 def validate_params(body: dict[str, Any]) -> None:
@@ -140,6 +143,7 @@ PARAM_TYPES = {
     "stream_options": OBJECT, "logit_bias": OBJECT, "metadata": OBJECT, "audio": OBJECT,
     "prediction": OBJECT,
 }  # fmt: skip
+PART_PAYLOADS = {"text": STRING, "image_url": STRING_OR_OBJECT, "input_audio": OBJECT, "file": OBJECT}
 MESSAGE_FIELDS = {"name": STRING, "tool_call_id": STRING, "tool_calls": OBJECTS, "function_call": OBJECT}
 
 

@@ -16,6 +16,7 @@ tests never race on shared state:
 * ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
 * ``mode-slowstream``: for ``stream=True``, a chunk every 100 ms for a minute; the time the client
   closed the connection is kept in ``Recorded.closed_at``
+* ``mode-stall``: the same, but silent for a minute after the first chunk
 * ``mode-needle...``: an LLM that reads: answers the body field ``needle`` when it occurs in the
   messages it received, else "unanswerable" when they carry the Self-Route instruction, else a
   wrong guess; streamed in pieces of 5 characters so a word spans chunks
@@ -168,8 +169,9 @@ class FakeUpstream:
         if mode == "mode-llama-invalid":  # llama_cpp.server reports its own validation errors so
             _write_json(writer, 500, {"error": LLAMA_VALIDATION_500})
             return True
-        if mode == "mode-slowstream" and body.get("stream"):
-            await _write_slow_stream(request, reader, writer, mode)
+        if mode in ("mode-slowstream", "mode-stall") and body.get("stream"):
+            every = 0.1 if mode == "mode-slowstream" else 60.0
+            await _write_slow_stream(request, reader, writer, mode, every=every)
             return False
         if mode == "mode-hang":
             await asyncio.sleep(3600)
@@ -368,16 +370,16 @@ async def _write_stream(
 
 
 async def _write_slow_stream(request: Recorded, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter, model: str) -> None:
-    """A chunk every 100 ms for a minute, noting when the client hangs up."""
+                             writer: asyncio.StreamWriter, model: str, every: float) -> None:
+    """A chunk ``every`` seconds for a minute, noting when the client hangs up."""
     writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
     hung_up = asyncio.ensure_future(reader.read(1))  # b"" (EOF) once the client closes
     try:
-        for i in range(600):
+        for i in range(int(60 / every)):
             piece = _chunk(model, {"content": f"word{i} "}, None)
             writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
             await writer.drain()
-            await asyncio.wait([hung_up], timeout=0.1)
+            await asyncio.wait([hung_up], timeout=every)
             if hung_up.done() or writer.is_closing():
                 break
     except ConnectionError:

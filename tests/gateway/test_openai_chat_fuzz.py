@@ -150,3 +150,21 @@ def test_what_python_would_parse_but_json_forbids_is_400(raw_client: httpx.Clien
     head = b'{"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "user": '
     response = raw_client.post("/v1/chat/completions", content=head + value + b"}")
     assert (response.status_code, response.json()["error"]["message"]) == (400, message)
+
+
+@pytest.mark.parametrize(("content", "extra", "param"), [
+    ([1], {}, "messages[0].content[0]"),
+    ([{"type": "image_url"}], {}, "messages[0].content[0].image_url"),
+    ([{"type": "file", "file": 5}], {}, "messages[0].content[0].file"),
+    ([{"type": "text", "text": None}], {}, "messages[0].content[0].text"),
+    ("hi", {"tools": [5]}, "tools"),
+    ("hi", {"tools": [{"type": "function", "function": "f"}]}, "tools[0]"),
+    ("hi", {"temperature": "hot"}, "temperature"),
+    ("hi", {"stop": [1, 2]}, "stop"),
+])
+def test_what_litellm_would_choke_on_is_400(raw_client: httpx.Client, content: Any, extra: dict,
+                                           param: str) -> None:
+    # Found by the fuzz above: LiteLLM crashed on each of these (some as a fake "connection error").
+    body = {"model": "gpt-test", "messages": [{"role": "user", "content": content}], **extra}
+    response = raw_client.post("/v1/chat/completions", json=body)
+    assert (response.status_code, response.json()["error"]["param"]) == (400, param)

@@ -56,11 +56,15 @@ def test_an_unknown_role_is_refused_by_the_gateway(http: httpx.Client, upstream:
     assert upstream.received() == []
 
 
+@pytest.mark.parametrize(("model", "upstream_model"),
+                         [("trickle", "mode-slowstream"), ("stall", "mode-stall")])
 def test_a_client_hanging_up_mid_stream_closes_the_upstream_connection(
-    gateway_url: str, upstream: FakeUpstream
+    gateway_url: str, upstream: FakeUpstream, model: str, upstream_model: str
 ) -> None:
+    # "stall" sends nothing after its first chunk, so the gateway never writes and must notice the
+    # disconnect itself rather than through a failed write.
     marker = f"hang-up-{time.monotonic()}"
-    body = {"model": "trickle", "messages": [{"role": "user", "content": marker}], "stream": True}
+    body = {"model": model, "messages": [{"role": "user", "content": marker}], "stream": True}
     headers = {"Authorization": "Bearer sk-gateway-test"}
     with httpx.Client(base_url=gateway_url, headers=headers, timeout=10) as http:
         with http.stream("POST", "/v1/chat/completions", json=body) as response:
@@ -68,7 +72,7 @@ def test_a_client_hanging_up_mid_stream_closes_the_upstream_connection(
             first = next(response.iter_lines())
             assert json.loads(first[len("data: "):])["object"] == "chat.completion.chunk"
             hung_up = time.monotonic()
-    [seen] = [r for r in upstream.received("mode-slowstream") if marker in r.raw_body.decode()]
+    [seen] = [r for r in upstream.received(upstream_model) if marker in r.raw_body.decode()]
     deadline = time.monotonic() + 5
     while seen.closed_at is None and time.monotonic() < deadline:
         time.sleep(0.05)
