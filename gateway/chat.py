@@ -83,17 +83,19 @@ class ChatService:
                 return await self._forward(entry, call, outcome)
             return await self._self_routed(entry, call, outcome, plan)
         except UpstreamError as exc:
-            if exc.code == "upstream_connection_error":  # did its managed server just die?
-                self.check_available(entry.model_name)
+            # A local server refusing connections has died, even if its exit is not reaped yet.
+            if exc.code == "upstream_connection_error" and entry.model_name in self.managed:
+                self.check_available(entry.model_name, lost=True)
             raise
 
-    def check_available(self, model_name: str) -> None:
+    def check_available(self, model_name: str, *, lost: bool = False) -> None:
         """Raise 503 + Retry-After while the model's managed server is not answering."""
         server = self.managed.get(model_name)
-        if server is None or server.ready:
+        if server is None or (server.ready and not lost):
             return
+        problem = server.problem or "managed server stopped answering"
         retry = str(server.retry_after)
-        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({server.problem}); "
+        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
                                f"retry in {retry} s.", headers={"Retry-After": retry})
 
     async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -31,6 +32,9 @@ pytestmark = pytest.mark.skipif(
     bool(_missing) and not os.environ.get("CI"),
     reason=f"embedded model not installed ({', '.join(_missing)}); `make test` installs it",
 )
+
+
+GATEWAY_PID: dict[str, int] = {}  # gateway url -> its process id
 
 
 def free_port() -> int:
@@ -65,6 +69,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
+    GATEWAY_PID[url] = process.pid
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT
         while True:
@@ -138,3 +143,37 @@ def test_a_whole_book_is_compressed_and_streamed(client):
         assert_compressed(response.headers)
         text = "".join(chunk.choices[0].delta.content or "" for chunk in response.parse() if chunk.choices)
     assert text.strip()
+
+
+def test_bad_messages_are_400s_not_500s(gateway_url):
+    # llama_cpp.server answers its own validation errors with a 500; the gateway says 400.
+    for message in ({"role": "wizard", "content": "hi"}, {"role": "tool", "content": "no tool_call_id"}):
+        response = httpx.post(f"{gateway_url}/v1/chat/completions", trust_env=False, timeout=60,
+                              json={"model": "local", "messages": [message], "max_tokens": 2})
+        assert response.status_code == 400, response.text
+        assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_killed_model_server_comes_back(gateway_url):
+    chat = {"model": "local", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2}
+    children = subprocess.run(["pgrep", "-P", str(GATEWAY_PID[gateway_url]), "-f", "llama_cpp.server"],
+                              capture_output=True, text=True)
+    (server_pid,) = [int(pid) for pid in children.stdout.split()]
+    os.kill(server_pid, signal.SIGKILL)
+    with httpx.Client(base_url=gateway_url, trust_env=False, timeout=60) as http:
+        deadline = time.monotonic() + 10
+        while (down := http.post("/v1/chat/completions", json=chat)).status_code == 200:
+            assert time.monotonic() < deadline, "still answering after its model server was killed"
+        assert down.status_code == 503 and down.headers["retry-after"], down.text
+        assert down.json()["error"]["code"] == "model_unavailable"
+        deadline = time.monotonic() + 3  # its exit may take a moment to be reaped
+        while (ready := http.get("/health/readiness")).status_code == 200:
+            assert time.monotonic() < deadline, "readiness still 200 with the model server dead"
+            time.sleep(0.05)
+        assert ready.json()["status"] == "unavailable", ready.text
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        while http.get("/health/readiness").status_code != 200:
+            assert time.monotonic() < deadline, "the model server was not restarted"
+            time.sleep(0.25)
+        assert http.post("/v1/chat/completions", json=chat).status_code == 200
+        assert 'mixpr_managed_server_restarts_total{model="local"} 1.0' in http.get("/metrics").text

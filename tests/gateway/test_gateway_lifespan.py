@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerThread
+from conftest import ServerThread, closed_port
 
 from gateway import create_app
 from gateway.config import parse_config
@@ -28,6 +28,8 @@ class FakeManagedServer:
         self.ready = False
         self.stopped = False
         FakeManagedServer.instances.append(self)
+
+    retry_after = 1
 
     @property
     def problem(self) -> str | None:
@@ -98,5 +100,28 @@ def test_a_managed_server_that_fails_is_reported(fake_managed: type[FakeManagedS
         assert (ready.status_code, ready.json()) == (
             503, {"status": "failed", "error": "RuntimeError: model file not found",
                   "problems": ["model 'local': managed server starting"]})
+    finally:
+        server.stop()
+
+
+def test_a_managed_server_that_stops_answering_is_a_503(fake_managed: type[FakeManagedServer]) -> None:
+    # The process died but its exit is not noticed yet: "ready", yet the port refuses connections.
+    config = parse_config({
+        "model_list": [{"model_name": "local", "managed_server": MANAGED,
+                        "litellm_params": {"model": "openai/x", "api_key": "none",
+                                           "api_base": f"http://127.0.0.1:{closed_port()}/v1"}}],
+        "mixpr_settings": {"router": "heuristic"},
+        "general_settings": {"compression_executor": "thread"},
+    })
+    server = ServerThread(create_app(config)).start()
+    try:
+        fake_managed.instances[0].release.set()
+        _wait_for(lambda: httpx.get(server.url + "/health/readiness").status_code == 200)
+        response = httpx.post(server.url + "/v1/chat/completions", timeout=30,
+                              json={"model": "local", "messages": [{"role": "user", "content": "hi"}]})
+        assert (response.status_code, response.headers["retry-after"]) == (503, "1")
+        assert response.json()["error"] == {
+            "message": "The model `local` is unavailable right now (managed server stopped answering); "
+                       "retry in 1 s.", "type": "api_error", "param": None, "code": "model_unavailable"}
     finally:
         server.stop()
