@@ -146,12 +146,9 @@ class ChatService:
         """A legacy completion's prompt, compressed as one user message would be (its tail is the query)."""
         started = time.perf_counter()
         entry = self.entry(model)
-        settings = self.settings[entry.model_name]
-        target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(params, settings))
-        outcome = await self.compressor.prepare(
-            [{"role": "user", "content": prompt}], tools=None, target=target, settings=settings,
-            control=control, router=self.routers.get(settings.router_model or entry.model_name),
-        )
+        self.check_available(entry.model_name)
+        call = ChatCall(model, [{"role": "user", "content": prompt}], params, control)
+        outcome = await self._prepare(entry, call, self.settings[entry.model_name], control)
         self._record(entry.model_name, outcome, started)
         return entry, outcome.messages[0]["content"], outcome
 

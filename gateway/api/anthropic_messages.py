@@ -19,7 +19,7 @@ from litellm import ModelResponse, ModelResponseStream
 from litellm.llms.anthropic.pass_through.adapters.transformation import AnthropicAdapter
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.api.common import authorize, is_int_at_least, parse_control, read_json, state
+from gateway.api.common import authorized_body, is_int_at_least, parse_control
 from gateway.api.openai_chat import SSE_HEADERS
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
@@ -43,9 +43,7 @@ def error_json(message: str, status: int) -> dict[str, Any]:
 @router.post("/v1/messages")
 @router.post("/messages", include_in_schema=False)
 async def messages(request: Request) -> Response:
-    gateway = state(request)
-    authorize(request)
-    body = await read_json(request, gateway.config.general_settings.max_body_bytes)
+    gateway, body = await authorized_body(request)
     call, names = parse_request(body, request.headers)
     reply = await gateway.chat.run(call)
     adapter = AnthropicAdapter()

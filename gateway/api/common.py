@@ -40,6 +40,13 @@ def authorize(request: Request) -> None:
         raise Unauthorized("Incorrect API key provided.")
 
 
+async def authorized_body(request: Request) -> tuple[Any, Any]:
+    """Every API's first step: the app's state, the key checked, the JSON body read within limits."""
+    gateway = state(request)
+    authorize(request)
+    return gateway, await read_json(request, gateway.config.general_settings.max_body_bytes)
+
+
 async def read_json(request: Request, limit: int) -> Any:
     """The request body as JSON, refusing bodies over ``limit`` bytes before reading them whole.
 

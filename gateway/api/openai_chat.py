@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.api.common import authorize, is_int_at_least, parse_control, read_json, state
+from gateway.api.common import authorized_body, is_int_at_least, parse_control
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
 from gateway.upstream import USER_PART_TYPES
@@ -25,9 +25,7 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 @router.post("/v1/chat/completions")
 @router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
-    gateway = state(request)
-    authorize(request)
-    body = await read_json(request, gateway.config.general_settings.max_body_bytes)
+    gateway, body = await authorized_body(request)
     call = parse_request(body, request.headers)
     reply = await gateway.chat.run(call)
     if reply.chunks is not None:

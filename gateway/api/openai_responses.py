@@ -25,7 +25,7 @@ from litellm.responses.litellm_completion_transformation.transformation import (
 )
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from gateway.api.common import authorize, is_int_at_least, parse_control, read_json, state
+from gateway.api.common import authorized_body, is_int_at_least, parse_control
 from gateway.api.openai_chat import SSE_HEADERS
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
@@ -49,9 +49,7 @@ NOT_FORWARDED = ("model", "messages", "stream", "custom_llm_provider", "extra_he
 @router.post("/v1/responses")
 @router.post("/responses", include_in_schema=False)
 async def responses(request: Request) -> Response:
-    gateway = state(request)
-    authorize(request)
-    body = await read_json(request, gateway.config.general_settings.max_body_bytes)
+    gateway, body = await authorized_body(request)
     call = parse_request(body, request.headers)
     reply = await gateway.chat.run(call)
     if reply.chunks is not None:

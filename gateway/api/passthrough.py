@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from gateway import upstream
-from gateway.api.common import authorize, parse_control, read_json, state
+from gateway.api.common import authorized_body, parse_control
 from gateway.api.openai_chat import SSE_HEADERS, sse, validate_params
 from gateway.chat import report_headers
 from gateway.compression import Outcome
@@ -27,9 +27,8 @@ router = APIRouter()
 @router.post("/v1/embeddings")
 @router.post("/embeddings", include_in_schema=False)
 async def embeddings(request: Request) -> Response:
-    gateway = state(request)
-    authorize(request)
-    body = _object_with_model(await read_json(request, gateway.config.general_settings.max_body_bytes))
+    gateway, body = await authorized_body(request)
+    body = _object_with_model(body)
     if not _is_input(body.get("input")):
         raise BadRequest("'input' must be a non-empty string or array.", param="input")
     entry = gateway.chat.entry(body["model"])
@@ -52,9 +51,8 @@ async def embeddings(request: Request) -> Response:
 @router.post("/v1/completions")
 @router.post("/completions", include_in_schema=False)
 async def completions(request: Request) -> Response:
-    gateway = state(request)
-    authorize(request)
-    body = _object_with_model(await read_json(request, gateway.config.general_settings.max_body_bytes))
+    gateway, body = await authorized_body(request)
+    body = _object_with_model(body)
     prompt = body.get("prompt")
     if not _is_input(prompt):
         raise BadRequest("'prompt' must be a non-empty string or array.", param="prompt")
