@@ -15,6 +15,7 @@ import re
 import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfTransformer
+from sklearn.preprocessing import normalize
 
 _SEP = "\x00"
 # scikit-learn's default token pattern (words of 2+ word characters), or a chunk separator.
@@ -73,3 +74,8 @@ def bm25(counts: sp.csr_matrix, *, k1: float = BM25_K1, b: float = BM25_B) -> sp
     row_norm = np.repeat(norm, np.diff(counts.indptr))
     data = idf[counts.indices] * tf / (tf + row_norm)
     return sp.csr_matrix((data, counts.indices, counts.indptr), shape=counts.shape)
+
+
+def unit_rows(W: sp.csr_matrix) -> sp.csr_matrix:
+    """``W``'s rows scaled to unit L2 norm, float32: cosines of BM25 rows for the local graph."""
+    return normalize(W, norm="l2").astype(np.float32)

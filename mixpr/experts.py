@@ -15,13 +15,13 @@ explicit graph, which is quadratic. We get the same effect in two linear steps:
    (``pagerank.PRUNE_BELOW``), which orders that neighbourhood as the paper's
    graph would. Chunks it cannot reach follow by their better step-1 score.
 
-The walk's first step from the query ranks chunks by similarity to the query's chunks,
-weighted as TF-IDF cosines. On real documents (``bench/real_docs.py``) that first step is
-weaker than BM25 (a long clause that names the query word once is pushed down by the L2
-norm), and the further steps add chunks that share frequent words with the question. So the
-local expert's final order fuses the graph's order with the BM25 order of the chunks for the
-question's words (reciprocal-rank fusion): a chunk high in either list ranks high, which
-keeps the multi-hop chains the graph finds and the directly matching sentences BM25 finds.
+Real documents (``bench/real_docs.py``): the walk's first step from the query ranks chunks
+by similarity to the question, and TF-IDF's L2 norm pushes down a long clause that names a
+rare query word once below short chunks sharing frequent words. So the local expert walks
+on BM25 rows (saturated term counts, partial length norm; see ``compress``), and its final
+order fuses the graph's order with the chunks' BM25 relevance to the question's words by
+reciprocal rank: a chunk both lists rank well comes first, then the best of either list. The
+graph keeps multi-hop chains (bAbI, Hash-Hop); BM25 keeps the sentence that matches.
 
 Global (α = 0): plain PageRank on the full graph, i.e. structural importance.
 Here the frequent words are the signal, so nothing is removed. PageRank alone

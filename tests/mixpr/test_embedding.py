@@ -66,3 +66,13 @@ def test_bm25_saturates_repeats_and_discounts_length_only_in_part():
     once, repeated, long = W[:3, 0].toarray().ravel()
     assert once < repeated < 2.5 * once  # four times the word: well under four times the weight
     assert 0 < long < once
+
+
+def test_unit_rows_keep_directions_and_empty_rows():
+    from mixpr.embedding import bm25, count_matrix, unit_rows
+
+    W = bm25(count_matrix(["river stone river", "", "stone bridge"]))
+    U = unit_rows(W)
+    norms = np.sqrt(np.asarray(U.multiply(U).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms, [1, 0, 1], atol=1e-6)
+    assert U.dtype == np.float32 and (U[0].indices == W[0].indices).all()
