@@ -8,7 +8,9 @@ The whole library in one call::
     result.spans   # their (start, end) character spans in ``text``
     result.stats   # tokens/chunks before and after, route, alpha, timings
 
-Flow: chunk -> embed (TF-IDF) -> rank (PageRank) -> select (budget) -> rebuild.
+Flow: chunk -> find the question (``query``) -> weigh the words (TF-IDF for the global
+expert and RAG-Sparse, BM25 for the local one) -> rank (PageRank; the local route fuses BM25
+relevance and then the text's structure, ``structure``) -> select (budget) -> rebuild.
 """
 
 from __future__ import annotations

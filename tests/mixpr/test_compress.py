@@ -164,3 +164,13 @@ def test_a_trailing_paragraph_is_the_query_without_a_span():
 def test_a_bad_query_span_is_refused(span):
     with pytest.raises(ValueError, match="query_span"):
         compress("Some text. " * 50, budget_tokens=10, query_span=span)
+
+
+def test_a_long_clause_is_kept_whole_when_one_piece_matches():
+    # A 115-word sentence becomes four chunks; only its first names the question's rare word,
+    # and 21 short facts share its other word ("paid"), so its last pieces would lose to them.
+    clause = "The licensee shall pay royalties " + " ".join(f"condition{i}" for i in range(110)) + "."
+    facts = {i * 90: f"The bill was paid on day {i}." for i in range(1, 22)}
+    facts[1000] = clause
+    text = haystack(2000, facts, seed=5) + "\n\nWhen are royalties paid?"
+    assert clause in compress(text, budget_tokens=500, route="local").text

@@ -1,6 +1,5 @@
 import numpy as np
 
-from mixpr.chunking import chunk_text
 from mixpr.structure import arrange, spread, whole_sentences
 
 
@@ -15,13 +14,6 @@ def test_a_sentence_of_too_many_pieces_stays_in_pieces():
     scores = np.arange(10.0)
     assert whole_sentences(scores, opens, max_chunks=8).tolist() == scores.tolist()
     assert whole_sentences(scores, opens, max_chunks=10).tolist() == [9.0] * 10
-
-
-def test_a_long_sentence_cut_for_length_is_one_unit():
-    long = "Start " + " ".join(["word"] * 50) + " clause."
-    chunks = chunk_text("Short one. " + long + " Next one.\nA line " + " ".join(["x"] * 40))
-    # The 52-word sentence is cut in two for length, so does the 42-word line; a line opens.
-    assert chunks.opens.tolist() == [True, True, False, True, True, False]
 
 
 def test_neighbours_of_a_strong_match_outrank_a_weak_match_elsewhere():
