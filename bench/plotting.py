@@ -64,3 +64,46 @@ def speed_plot(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def real_docs_plot(cells: dict, files: list[str], methods: list[str], settings: dict, path: Path) -> None:
+    """Grouped bars: evidence recall per file x setting, one bar per method."""
+    groups = [(f, s, b) for f in files for s, b in settings.items()]
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4))
+    width = 0.8 / len(methods)
+    for i, method in enumerate(methods):
+        ys = [cells.get((f, s, b, method), 0.0) for f, s, b in groups]
+        xs = [g + (i - (len(methods) - 1) / 2) * width for g in range(len(groups))]
+        ax.bar(xs, ys, width, label=method)
+    ax.set_xticks(range(len(groups)), [f"{f}\n{s}@{b}" for f, s, b in groups])
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("evidence recall")
+    ax.set_title("Real documents (dev split): answer kept by compression")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def budget_curve_plot(cells: dict, files: list[str], methods: list[str], path: Path) -> None:
+    """Evidence recall on single documents against the token budget, one panel per file."""
+    fig, axes = plt.subplots(1, len(files), figsize=(4.5 * len(files), 4), squeeze=False)
+    for ax, file in zip(axes[0], files, strict=True):
+        budgets = sorted({b for f, s, b, _ in cells if f == file and s == "single"})
+        for i, method in enumerate(methods):
+            ax.plot(budgets, [cells.get((file, "single", b, method)) for b in budgets], label=method,
+                    **_STYLES[i % len(_STYLES)])  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(budgets, [format_size(b) if b % 256 == 0 else str(b) for b in budgets])
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_title(f"{file} (single document)")
+        ax.set_xlabel("budget (tokens)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("evidence recall")
+    axes[0][-1].legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -239,6 +239,7 @@ class Compressor:
             spans, stats = await pool.run(
                 compress_job, conv.text, budget_tokens=budget, route=route, method=settings.method,
                 model=target.model, boundaries=conv.boundaries, original_tokens=stream_tokens,
+                query_span=conv.query_span,
                 router=router if route == "auto" else None,
             )
             if key and stats.get("router") == "llm":
@@ -316,13 +317,14 @@ def _warm_up(with_router: bool) -> None:
 
 def compress_job(
     text: str, *, budget_tokens: int, route: str, method: str, model: str, boundaries: tuple[int, ...],
-    original_tokens: int, router: Router | None,
+    original_tokens: int, router: Router | None, query_span: tuple[int, int] | None = None,
 ) -> tuple[list[tuple[int, int]], dict[str, Any]]:
     """One MixPR call, in a worker; picklable arguments in, spans and stats out."""
     _hold_for_tests()
     ask = functools.partial(_ask_router, router) if router else None
     result = mixpr.compress(text, budget_tokens=budget_tokens, route=route, ask_llm=ask, method=method,
-                            model=model, boundaries=boundaries, original_tokens=original_tokens)
+                            model=model, boundaries=boundaries, original_tokens=original_tokens,
+                            query_span=query_span)
     return result.spans, result.stats
 
 

@@ -25,6 +25,9 @@ TOKENS_PER_REPLY = 3
 # Images and audio are billed by size, not by their base64 text; counting the base64 would
 # trigger compression on every screenshot. A high-detail 1024x1024 image costs 765 tokens.
 TOKENS_PER_MEDIA_PART = 765
+# The question MixPR personalises on: the last user message's last paragraph, at most this
+# many characters (about 500 tokens; MixPR takes at most 8 chunks of it anyway).
+QUERY_MAX_CHARS = 2000
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,20 @@ class Conversation:
     def boundaries(self) -> tuple[int, ...]:
         """Where chunks must be cut: every piece's start and end."""
         return tuple(sorted({p.start for p in self.pieces} | {p.end for p in self.pieces}))
+
+    @property
+    def query_span(self) -> tuple[int, int] | None:
+        """Where the question is in ``text``: the last paragraph of the last user message
+        (``split`` puts it last), its tail if long; None when the stream does not end with one."""
+        if not self.pieces or self.messages[self.pieces[-1].message].get("role") != "user":
+            return None
+        last = self.pieces[-1]
+        end = last.start + len(self.text[last.start : last.end].rstrip())
+        blank = self.text.rfind("\n\n", last.start, end)
+        start = last.start if blank < 0 else blank + 2
+        start = max(start, end - QUERY_MAX_CHARS)
+        start += len(self.text[start:end]) - len(self.text[start:end].lstrip())
+        return (start, end) if start < end else None
 
 
 def split(messages: Sequence[dict[str, Any]]) -> Conversation:

@@ -8,7 +8,9 @@ The whole library in one call::
     result.spans   # their (start, end) character spans in ``text``
     result.stats   # tokens/chunks before and after, route, alpha, timings
 
-Flow: chunk -> embed (TF-IDF) -> rank (PageRank) -> select (budget) -> rebuild.
+Flow: chunk -> find the question (``query``) -> weigh the words (TF-IDF for the global
+expert and RAG-Sparse, BM25 for the local one) -> rank (PageRank; the local route fuses BM25
+relevance and then the text's structure, ``structure``) -> select (budget) -> rebuild.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mixpr import baselines, experts, routing, selection
+from mixpr import baselines, experts, query, routing, selection, structure
 from mixpr.chunking import Chunks, chunk_text
-from mixpr.embedding import embed
+from mixpr.embedding import bm25, count_matrix, tfidf, unit_rows
 from mixpr.tokens import count_tokens
 
 __all__ = ["METHODS", "ROUTES", "Compressed", "compress"]
@@ -50,6 +52,7 @@ def compress(
     model: str | None = None,
     boundaries: Iterable[int] = (),
     original_tokens: int | None = None,
+    query_span: tuple[int, int] | None = None,
 ) -> Compressed:
     """Keep the chunks of ``text`` that matter for its final question.
 
@@ -58,9 +61,11 @@ def compress(
     "local" (personalised PageRank, α=0.6), "global" (PageRank, α=0), "heuristic",
     or "auto" (ask ``ask_llm`` the paper's y/n question, heuristic if it can't say).
     ``boundaries`` are offsets no chunk may cross (e.g. message boundaries).
-    The query chunk(s) at the end are always kept.
+    ``query_span``: where the question is, as (start, end) character offsets in ``text``;
+    without it the question is the text's trailing paragraph (after a blank line) if short,
+    else its last chunk (see ``mixpr.query``). The query chunks are always kept.
     """
-    _validate(budget_tokens, top_k, route, method)
+    _validate(budget_tokens, top_k, route, method, query_span, len(text))
     clock = _Clock()
     chunks = clock.run("chunk", chunk_text, text, boundaries=boundaries)
     if original_tokens is None:
@@ -73,11 +78,11 @@ def compress(
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
-    E = clock.run("embed", embed, chunks.texts()) if method != "middle-out" else None
-    p = selection.query_weights(chunks.words)
+    counts = clock.run("embed", count_matrix, chunks.texts()) if method != "middle-out" else None
+    p = query.query_weights(chunks, query_span)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
-    scores = _score(chunks, E, p, method, route, ask_llm, clock, stats, kept_chunks)
+    scores = _score(chunks, counts, p, method, route, ask_llm, clock, stats, kept_chunks)
     keep, kept_text, kept_tokens = clock.run(
         "select", _select, chunks, scores, p, budget_tokens, top_k, model, tokens_per_char
     )
@@ -86,7 +91,7 @@ def compress(
     return Compressed(kept_text, spans, stats)
 
 
-def _validate(budget_tokens, top_k, route, method) -> None:
+def _validate(budget_tokens, top_k, route, method, query_span, length) -> None:
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     if route not in ROUTES:
@@ -96,20 +101,44 @@ def _validate(budget_tokens, top_k, route, method) -> None:
             raise ValueError(f"top_k must be a positive integer; got {top_k!r}")
     elif not isinstance(budget_tokens, int) or budget_tokens < 1:
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
+    if query_span is not None and not _is_span(query_span, length):
+        raise ValueError(f"query_span must be (start, end), 0 <= start < end <= {length}; got {query_span!r}")
 
 
-def _score(chunks: Chunks, E, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
+def _is_span(span, length: int) -> bool:
+    try:
+        start, end = span
+    except (TypeError, ValueError):
+        return False
+    return all(isinstance(v, int) for v in (start, end)) and 0 <= start < end <= length
+
+
+def _score(chunks: Chunks, counts, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
+    """Each scorer weights the counts its own way: TF-IDF for RAG-Sparse and the global expert
+    (there frequent words are the signal), BM25 for the local expert (see ``_local``)."""
     if method == "middle-out":
         stats.update(route=None, router=None, alpha=None)
         return clock.run("rank", baselines.middle_out_scores, len(chunks))
     if method == "rag-sparse":
         stats.update(route=None, router=None, alpha=None)
-        return clock.run("rank", baselines.rag_sparse_scores, E, p)
+        return clock.run("rank", baselines.rag_sparse_scores, clock.run("embed", tfidf, counts), p)
     chosen, decided_by = clock.run("route", _route, chunks, route, ask_llm)
     stats.update(route=chosen, router=decided_by, alpha=routing.ALPHA[chosen])
     if chosen == routing.GLOBAL:
+        E = clock.run("embed", tfidf, counts)
         return clock.run("rank", experts.global_scores, E, p, kept_chunks=kept_chunks)
-    return clock.run("rank", experts.local_scores, E, p, kept_chunks=kept_chunks)
+    W = clock.run("embed", bm25, counts)
+    return clock.run("rank", _local, chunks, W, p, kept_chunks)
+
+
+def _local(chunks: Chunks, W, p, kept_chunks) -> np.ndarray:
+    """The local expert on BM25 rows, fused with BM25 relevance to the question, then the
+    text's structure. On real documents (bench/real_docs.py) BM25's saturation and partial
+    length norm rank a long clause that names a rare query word once above short chunks
+    that share frequent words, both for the query and in the graph's similarities."""
+    lexical = experts.lexical_scores(W, p)
+    scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=lexical)
+    return structure.arrange(scores, chunks.opens, np.flatnonzero(p))
 
 
 def _route(chunks: Chunks, route: str, ask_llm) -> tuple[str, str]:

@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--route", choices=ROUTES, default="auto", help="auto = heuristic here (no LLM)")
     run.add_argument("--method", choices=METHODS, default="mixpr")
     run.add_argument("--model", default=None, help="model name that picks the tiktoken encoding")
+    run.add_argument(
+        "--query", default=None, help="the question, given apart from the text: appended after a blank line"
+    )
     run.add_argument("file", nargs="?", default="-", help="text file, or - for stdin (default)")
     return parser
 
@@ -56,8 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"mixpr: error: {exc}", file=sys.stderr)
         return 1
+    query_span = None
+    if args.query and args.query.strip():
+        text = f"{text.rstrip()}\n\n{args.query.strip()}"
+        query_span = (len(text) - len(args.query.strip()), len(text))
     result = compress(
         text,
+        query_span=query_span,
         budget_tokens=args.budget_tokens,
         top_k=args.top_k,
         route=args.route,

@@ -40,12 +40,17 @@ _WORD = re.compile(r"\S+")
 
 @dataclass(frozen=True)
 class Chunks:
-    """Chunk spans of ``text``: chunk i is ``text[starts[i]:ends[i]]``, in order."""
+    """Chunk spans of ``text``: chunk i is ``text[starts[i]:ends[i]]``, in order.
+
+    ``opens[i]`` is False when chunk i continues the line or sentence of chunk i-1 (it was cut
+    only for length), True when it starts a sentence, a line or a piece between boundaries.
+    """
 
     text: str
     starts: np.ndarray
     ends: np.ndarray
     words: np.ndarray
+    opens: np.ndarray
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -67,12 +72,15 @@ def chunk_text(
     sentence_ends = [m.end() for m in _SENTENCE_END.finditer(text)]
     cuts = _merge([0, len(text)], sentence_ends, [b for b in boundaries if 0 < b < len(text)])
     cuts = _merge(cuts, _cuts_inside_long(cuts, layout.newline_ends, layout, max_words, max_chars))
+    units = cuts  # sentences and lines: what later cuts split only for length
     cuts = _merge(cuts, _word_run_cuts(cuts, layout, max_words))
     cuts = _merge(cuts, _char_run_cuts(cuts, max_chars))
     starts, ends = cuts[:-1], cuts[1:]
     words = layout.words_between(starts, ends)
     keep = words > 0  # whitespace-only pieces hold nothing to retrieve
-    return Chunks(text, starts[keep], ends[keep], words[keep])
+    starts = starts[keep]
+    at = np.minimum(np.searchsorted(units, starts), len(units) - 1)  # both sorted: a binary search
+    return Chunks(text, starts, ends[keep], words[keep], units[at] == starts)
 
 
 class _Layout:

@@ -15,10 +15,14 @@ import re
 import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfTransformer
+from sklearn.preprocessing import normalize
 
 _SEP = "\x00"
 # scikit-learn's default token pattern (words of 2+ word characters), or a chunk separator.
 _TOKENS = re.compile(r"\w\w+|\x00")
+# BM25's usual constants (Robertson et al.; bm25s and Lucene defaults).
+BM25_K1 = 1.5
+BM25_B = 0.75
 
 
 def count_matrix(texts: list[str]) -> sp.csr_matrix:
@@ -41,7 +45,37 @@ def count_matrix(texts: list[str]) -> sp.csr_matrix:
 
 def embed(texts: list[str]) -> sp.csr_matrix:
     """TF-IDF rows (n_texts x vocabulary), float32, each non-empty row of unit L2 norm."""
-    counts = count_matrix(texts)
+    return tfidf(count_matrix(texts))
+
+
+def tfidf(counts: sp.csr_matrix) -> sp.csr_matrix:
+    """``embed`` from a count matrix already made."""
     if counts.shape[1] == 0:
         return counts
     return TfidfTransformer(norm="l2", smooth_idf=True).fit_transform(counts).astype(np.float32)
+
+
+def bm25(counts: sp.csr_matrix, *, k1: float = BM25_K1, b: float = BM25_B) -> sp.csr_matrix:
+    """BM25 term weights: w(t, c) = idf(t) * tf / (tf + k1 (1 - b + b |c| / avg |c|)).
+
+    Unlike TF-IDF's L2 norm, a repeated word saturates (k1) and a long chunk is discounted
+    only in part (b), so a chunk that repeats a query word, or holds a long clause with the
+    query word once, is not pushed down. A query's relevance to each chunk is ``W @ q`` for
+    a 0/1 vector ``q`` of its words. Lucene's variant (idf = ln(1 + (n − df + ½)/(df + ½)),
+    no constant (k1 + 1) factor), as the bm25s library computes it by default.
+    """
+    counts = counts.tocsr().astype(np.float64)
+    n_rows = counts.shape[0]
+    df = np.bincount(counts.indices, minlength=counts.shape[1])
+    idf = np.log1p((n_rows - df + 0.5) / (df + 0.5))
+    lengths = np.asarray(counts.sum(axis=1)).ravel()
+    norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1e-9))
+    tf = counts.data
+    row_norm = np.repeat(norm, np.diff(counts.indptr))
+    data = idf[counts.indices] * tf / (tf + row_norm)
+    return sp.csr_matrix((data, counts.indices, counts.indptr), shape=counts.shape)
+
+
+def unit_rows(W: sp.csr_matrix) -> sp.csr_matrix:
+    """``W``'s rows scaled to unit L2 norm, float32: cosines of BM25 rows for the local graph."""
+    return normalize(W, norm="l2").astype(np.float32)

@@ -15,6 +15,14 @@ explicit graph, which is quadratic. We get the same effect in two linear steps:
    (``pagerank.PRUNE_BELOW``), which orders that neighbourhood as the paper's
    graph would. Chunks it cannot reach follow by their better step-1 score.
 
+Real documents (``bench/real_docs.py``): the walk's first step from the query ranks chunks
+by similarity to the question, and TF-IDF's L2 norm pushes down a long clause that names a
+rare query word once below short chunks sharing frequent words. So the local expert walks
+on BM25 rows (saturated term counts, partial length norm; see ``compress``), and its final
+order fuses the graph's order with the chunks' BM25 relevance to the question's words by
+reciprocal rank: a chunk both lists rank well comes first, then the best of either list. The
+graph keeps multi-hop chains (bAbI, Hash-Hop); BM25 keeps the sentence that matches.
+
 Global (α = 0): plain PageRank on the full graph, i.e. structural importance.
 Here the frequent words are the signal, so nothing is removed. PageRank alone
 spends a small budget on one dense cluster (near-duplicate chunks all point at
@@ -44,6 +52,8 @@ REDUNDANCY = 0.5  # tried 0.3, 0.5, 1.0, 2.0 on cwe at 1M: 0.80, 0.85, 0.75, 0.7
 # Each greedy step is a sparse mat-vec over the candidates; past this many picks (a
 # budget of thousands of one-line chunks) the rest follow in PageRank order.
 MAX_DIVERSE_PICKS = 256
+# Reciprocal-rank fusion's constant (Cormack et al., 2009): rank r counts 1 / (FUSION_K + r).
+FUSION_K = 60
 
 
 def global_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np.ndarray:
@@ -70,8 +80,44 @@ def _diverse_order(E: sp.csr_matrix, scores: np.ndarray, *, steps: int) -> np.nd
     return np.array(order, dtype=np.int64)
 
 
-def local_scores(E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0) -> np.ndarray:
-    """``kept_chunks``: about how many chunks the caller will keep; sizes the candidate set."""
+def local_scores(
+    E: sp.csr_matrix, p: np.ndarray, *, kept_chunks: int = 0, lexical: np.ndarray | None = None
+) -> np.ndarray:
+    """``kept_chunks``: about how many chunks the caller will keep; sizes the candidate set.
+
+    ``lexical``: the chunks' BM25 relevance to the query (``lexical_scores``), fused by rank."""
+    scores = _graph_scores(E, p, kept_chunks)
+    return scores if lexical is None else fuse_ranks(scores, lexical)
+
+
+def lexical_scores(W: sp.csr_matrix, p: np.ndarray) -> np.ndarray:
+    """BM25 relevance of each chunk (rows of ``W``, see ``embedding.bm25``) to the query's words.
+
+    Words in more than ``STOP_WORD_SHARE`` of the chunks are left out of the query: a
+    question's "the", "of this contract" or "reviewed by a lawyer" match every chunk a little,
+    and summed over a long question they outweigh its one rare word."""
+    words = np.unique(W[np.flatnonzero(p)].indices)
+    chunks_with_word = np.bincount(W.indices, minlength=W.shape[1])
+    words = words[chunks_with_word[words] <= max(FREQUENT_MIN_CHUNKS, STOP_WORD_SHARE * W.shape[0])]
+    query = np.zeros(W.shape[1])
+    query[words] = 1.0
+    return np.asarray(W @ query).ravel()
+
+
+def fuse_ranks(*scores: np.ndarray) -> np.ndarray:
+    """Reciprocal-rank fusion: sum over the lists of 1 / (FUSION_K + rank), rank 0 the best.
+
+    Only positive scores are ranked: a chunk a list scores 0 (no query word) gets nothing from
+    it, rather than a rank that only says where it sits in the text."""
+    fused = np.zeros(len(scores[0]))
+    for s in scores:
+        order = np.argsort(-s, kind="stable")
+        order = order[s[order] > 0]
+        fused[order] += 1.0 / (FUSION_K + np.arange(len(order)))
+    return fused
+
+
+def _graph_scores(E: sp.csr_matrix, p: np.ndarray, kept_chunks: int) -> np.ndarray:
     coarse = pagerank.factorised(without_frequent_words(E), p, LOCAL_ALPHA)
     similar = baselines.rag_sparse_scores(E, p)
     count = max(MIN_CANDIDATES, CANDIDATES_PER_KEPT_CHUNK * kept_chunks)

@@ -4,23 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-# The paper personalises on the last two chunks when the last has fewer than 3 words
-# (an answer prefix such as "Answer:" says nothing about what to retrieve).
-SHORT_QUERY_WORDS = 3
-
-
-def query_weights(words: np.ndarray, *, short_words: int = SHORT_QUERY_WORDS) -> np.ndarray:
-    """Personalisation vector p: one-hot on the last chunk, or 0.5/0.5 on the last two."""
-    n = len(words)
-    p = np.zeros(n)
-    if n == 0:
-        return p
-    if n >= 2 and words[-1] < short_words:
-        p[-2:] = 0.5
-    else:
-        p[-1] = 1.0
-    return p
-
 
 def top_k(scores: np.ndarray, k: int, pinned: np.ndarray) -> np.ndarray:
     """The k best-scoring chunks besides the pinned ones, plus the pinned ones, as sorted indices."""

@@ -86,6 +86,27 @@ def test_split_and_rebuild_round_trip() -> None:
     assert messages[1]["content"][0]["text"] == "alpha beta"  # the client's objects are not mutated
 
 
+def test_query_span_is_the_last_user_messages_last_paragraph() -> None:
+    document = "Clause one. Clause two.\n\nClause three."
+    conv = conversation.split([
+        {"role": "user", "content": "earlier question"},
+        {"role": "user", "content": f"{document}\n\n  What does clause two say?  \n"},
+        {"role": "tool", "tool_call_id": "t", "content": "a tool result"},
+    ])  # fmt: skip
+    start, end = conv.query_span
+    assert conv.text[start:end] == "What does clause two say?"
+    assert conv.text.index("a tool result") < start  # the user message went last
+    # One paragraph: the whole message. A long one: its tail only.
+    conv = conversation.split([{"role": "user", "content": "Summarise this."}])
+    assert conv.query_span == (0, len("Summarise this."))
+    long = "word " * 1000 + "and the question?"
+    start, end = conversation.split([{"role": "user", "content": long}]).query_span
+    assert end == len(long) and end - start <= conversation.QUERY_MAX_CHARS
+    # Nothing from a user at the end (or no text at all): no span, MixPR finds the question itself.
+    assert conversation.split([{"role": "assistant", "content": "hi"}]).query_span is None
+    assert conversation.split([{"role": "user", "content": "   "}]).query_span is None
+
+
 def test_rebuild_joins_cut_runs_with_a_space() -> None:
     conv = conversation.split([{"role": "user", "content": "One. Two. Three."}])
     assert conversation.rebuild(conv, [(0, 4), (10, 16)])[0]["content"] == "One. Three."

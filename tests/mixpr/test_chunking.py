@@ -118,3 +118,10 @@ def test_random_texts_are_covered_exactly():
         chunks = chunk_text(text)
         assert_exact_cover(text, chunks)
         assert all(len(t) <= MAX_CHARS for t in chunks.texts())
+
+
+def test_opens_marks_sentence_and_line_starts_not_cuts_for_length():
+    long = "Start " + " ".join(["word"] * 50) + " clause."
+    chunks = chunk_text("Short one. " + long + " Next one.\nA line " + " ".join(["x"] * 40))
+    # The 52-word sentence is cut in two for length, so does the 42-word line; a line opens.
+    assert chunks.opens.tolist() == [True, True, False, True, True, False]

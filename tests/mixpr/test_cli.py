@@ -49,3 +49,14 @@ def test_bad_flags():
 
 def test_unreadable_bytes():
     assert "not UTF-8" in one_error_line(run("compress", "-", stdin=b"\xff\xfe\x00bad"))
+
+
+def test_query_is_appended_after_a_blank_line_and_is_the_whole_query(tmp_path):
+    source = tmp_path / "book.txt"
+    fact = "The keeper hid a brass key under the blue stone."
+    source.write_text(haystack(2000, {900: fact}))
+    question = "Think about the brass key. Where could somebody find it?"
+    done = run("compress", "--budget-tokens", "300", "--query", question, str(source))
+    assert done.returncode == 0
+    text = done.stdout.decode()
+    assert fact in text and text.endswith(question)

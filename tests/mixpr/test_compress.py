@@ -140,3 +140,37 @@ def test_empty_text():
 def test_budget_below_the_query_keeps_just_the_query():
     result = compress(needle_prompt(), budget_tokens=5, route="local")
     assert result.text.strip() == QUESTION.strip().split("? ")[-1]
+
+
+def test_query_span_personalises_on_the_whole_question():
+    fact = "The keeper hid the brass key under the old mill."
+    question = "Think about the brass key. Where could somebody find it?"
+    text = haystack(3000, {1500: fact}, seed=3) + "\n" + question
+    start = len(text) - len(question)
+    with_span = compress(text, budget_tokens=300, route="local", query_span=(start, len(text)))
+    assert fact in with_span.text and with_span.text.endswith(question)
+    # Without the span the query is only the last sentence, which never names the key.
+    assert fact not in compress(text, budget_tokens=300, route="local").text
+
+
+def test_a_trailing_paragraph_is_the_query_without_a_span():
+    fact = "The keeper hid the brass key under the old mill."
+    question = "Think about the brass key. Where could somebody find it?"
+    text = haystack(3000, {1500: fact}, seed=3) + "\n\n" + question
+    assert fact in compress(text, budget_tokens=300, route="local").text
+
+
+@pytest.mark.parametrize("span", [(5, 5), (-1, 4), (0, 10**9), (1.5, 4), "ab", (1, 2, 3)])
+def test_a_bad_query_span_is_refused(span):
+    with pytest.raises(ValueError, match="query_span"):
+        compress("Some text. " * 50, budget_tokens=10, query_span=span)
+
+
+def test_a_long_clause_is_kept_whole_when_one_piece_matches():
+    # A 115-word sentence becomes four chunks; only its first names the question's rare word,
+    # and 21 short facts share its other word ("paid"), so its last pieces would lose to them.
+    clause = "The licensee shall pay royalties " + " ".join(f"condition{i}" for i in range(110)) + "."
+    facts = {i * 90: f"The bill was paid on day {i}." for i in range(1, 22)}
+    facts[1000] = clause
+    text = haystack(2000, facts, seed=5) + "\n\nWhen are royalties paid?"
+    assert clause in compress(text, budget_tokens=500, route="local").text

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
@@ -38,3 +40,39 @@ def test_separator_characters_inside_texts_do_not_shift_rows():
 
 def test_no_words_at_all():
     assert embed(["", "!", "a"]).shape == (3, 0)
+
+
+def test_bm25_matches_the_bm25s_library():
+    import bm25s
+
+    from mixpr.embedding import bm25, count_matrix
+
+    texts = [*sentences(60, seed=4), "the river the river the river bank", "a stone", "river stones under it"]
+    query = ["river", "stone"]
+    retriever = bm25s.BM25()  # defaults: k1 = 1.5, b = 0.75, Lucene idf
+    retriever.index(bm25s.tokenize(texts, stopwords=[], show_progress=False), show_progress=False)
+    expected = retriever.get_scores(query)
+    counts = count_matrix(texts)
+    columns = list(dict.fromkeys(re.findall(r"\w\w+", " ".join(texts).lower())))  # first appearance
+    q = np.zeros(counts.shape[1])
+    q[[columns.index(w) for w in query]] = 1.0
+    np.testing.assert_allclose(bm25(counts) @ q, expected, rtol=1e-5)
+
+
+def test_bm25_saturates_repeats_and_discounts_length_only_in_part():
+    from mixpr.embedding import bm25, count_matrix
+
+    W = bm25(count_matrix(["stone", "stone stone stone stone", "stone " + "filler " * 20, "other"]))
+    once, repeated, long = W[:3, 0].toarray().ravel()
+    assert once < repeated < 2.5 * once  # four times the word: well under four times the weight
+    assert 0 < long < once
+
+
+def test_unit_rows_keep_directions_and_empty_rows():
+    from mixpr.embedding import bm25, count_matrix, unit_rows
+
+    W = bm25(count_matrix(["river stone river", "", "stone bridge"]))
+    U = unit_rows(W)
+    norms = np.sqrt(np.asarray(U.multiply(U).sum(axis=1)).ravel())
+    np.testing.assert_allclose(norms, [1, 0, 1], atol=1e-6)
+    assert U.dtype == np.float32 and (U[0].indices == W[0].indices).all()

@@ -1,9 +1,9 @@
 import numpy as np
 
 from mixpr.chunking import chunk_text
-from mixpr.embedding import embed
-from mixpr.experts import global_scores, local_scores, without_frequent_words
-from mixpr.selection import query_weights
+from mixpr.embedding import bm25, count_matrix, embed, tfidf
+from mixpr.experts import fuse_ranks, global_scores, lexical_scores, local_scores, without_frequent_words
+from mixpr.query import query_weights
 
 from .filler import haystack
 
@@ -11,7 +11,7 @@ from .filler import haystack
 def ranks(text, scorer, **kwargs):
     chunks = chunk_text(text)
     texts = chunks.texts()
-    scores = scorer(embed(texts), query_weights(chunks.words), **kwargs)
+    scores = scorer(embed(texts), query_weights(chunks), **kwargs)
     order = np.argsort(-scores, kind="stable")
     return {texts[i].strip(): rank for rank, i in enumerate(order)}
 
@@ -44,7 +44,47 @@ def test_global_budget_is_not_spent_on_one_cluster_of_near_duplicates():
     text = " ".join(cluster + spread) + " Which words are most common?"
     chunks = chunk_text(text)
     texts = chunks.texts()
-    scores = global_scores(embed(texts), query_weights(chunks.words), kept_chunks=6)
+    scores = global_scores(embed(texts), query_weights(chunks), kept_chunks=6)
     top = [texts[i] for i in np.argsort(-scores)[:6]]
     assert sum(t.startswith("Zeta") for t in top) <= 2
     assert sum(t.startswith("Common") for t in top) >= 3
+
+
+def test_lexical_scores_ignore_question_words_found_in_most_chunks():
+    texts = [f"The contract clause {i} of this agreement." for i in range(40)]
+    texts[17] = "Royalties are paid each quarter."
+    texts.append("Which part of this contract says how royalties are paid?")
+    W = bm25(count_matrix(texts))
+    p = np.zeros(len(texts))
+    p[-1] = 1.0
+    scores = lexical_scores(W, p)
+    # "contract" and "this" are in every chunk: left out, so only chunk 17 (and the query) match.
+    assert np.flatnonzero(scores[:-1]).tolist() == [17]
+
+
+def test_fusion_ranks_the_best_of_either_list_high_and_skips_zeros():
+    graph = np.array([0.9, 0.5, 0.1, 0.0, 0.0])
+    lexical = np.array([0.0, 0.2, 0.0, 3.0, 0.0])
+    fused = fuse_ranks(graph, lexical)
+    assert fused[1] > fused[0] == fused[3] > fused[2] > fused[4] == 0
+
+
+def test_local_scores_fused_with_bm25_lift_a_long_clause_that_names_the_rare_word_once():
+    # 29 short facts share "licensee" and "pay" with the question; the one clause that answers
+    # it is long and names "royalties" once. TF-IDF's L2 norm buries it, BM25 ranks it first.
+    clause = "Licensee shall pay royalties " + " ".join(f"term{i}" for i in range(25)) + "."
+    facts = {i * 10: f"The licensee will pay the fee on time {i}." for i in range(1, 30)}
+    facts[150] = clause
+    text = haystack(400, facts, seed=4) + "\n\nWhen does the licensee pay royalties?"
+    chunks = chunk_text(text)
+    texts = chunks.texts()
+    counts = count_matrix(texts)
+    p = query_weights(chunks)
+
+    def rank(scores):
+        order = [texts[i].strip() for i in np.argsort(-scores, kind="stable") if p[i] == 0]
+        return order.index(clause)
+
+    graph = local_scores(tfidf(counts), p, kept_chunks=5)
+    fused = local_scores(tfidf(counts), p, kept_chunks=5, lexical=lexical_scores(bm25(counts), p))
+    assert rank(fused) <= 12 < 20 <= rank(graph)

@@ -3,7 +3,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mixpr.embedding import embed
-from mixpr.pagerank import degrees, factorised
+from mixpr.pagerank import along_chain, degrees, factorised
 
 from .filler import sentences
 
@@ -58,3 +58,17 @@ def test_chunks_without_words_send_their_mass_back_to_the_query():
     pi = factorised(E, np.array([0.0, 0.0, 1.0]), 0.6)
     assert np.isclose(pi.sum(), 1.0)
     assert pi[1] < 1e-12
+
+
+def test_along_chain_matches_networkx_on_the_path_graph():
+    p = np.zeros(12)
+    p[[3, 9]] = [0.75, 0.25]
+    ours = along_chain(p, 0.3, max_iter=200)
+    expected = nx.pagerank(nx.path_graph(12), alpha=0.7, personalization=dict(enumerate(p)), tol=1e-12)
+    np.testing.assert_allclose(ours, [expected[i] for i in range(12)], atol=1e-6)
+    assert ours[3] > ours[2] > ours[1] > ours[0] and ours[3] > ours[9]
+
+
+def test_along_chain_of_nothing_is_nothing():
+    assert along_chain(np.zeros(4), 0.3).tolist() == [0, 0, 0, 0]
+    assert along_chain(np.array([2.0]), 0.3).tolist() == [2.0]

@@ -1,16 +1,6 @@
 import numpy as np
 
-from mixpr.selection import query_weights, top_k, within_budget
-
-
-def test_query_is_the_last_chunk():
-    assert query_weights(np.array([5, 5, 7])).tolist() == [0, 0, 1]
-
-
-def test_short_last_chunk_shares_the_query_with_the_one_before():
-    assert query_weights(np.array([5, 9, 1])).tolist() == [0, 0.5, 0.5]
-    assert query_weights(np.array([2])).tolist() == [1]
-    assert query_weights(np.array([], dtype=int)).tolist() == []
+from mixpr.selection import top_k, within_budget
 
 
 def test_top_k_returns_best_in_original_order_plus_pinned():

@@ -1,0 +1,240 @@
+"""Evidence recall on real documents with real questions (issue #7; protocol: ../shared/data/real/README.md).
+
+    .venv/bin/python -m bench.real_docs              # full dev table + budget curve (~10 min on 2 cores)
+    .venv/bin/python -m bench.real_docs --quick      # 3 documents per file, no curve (~1 min)
+    .venv/bin/python -m bench.real_docs --publish    # also copy the PNGs to bench/plots/
+
+Per file x setting: single = one document, budget 1000 tokens; haystack = the document shuffled among 4
+other documents of the same file (seeded per document), blank lines between, budget 4000 tokens. The
+compressor gets ``document + "\\n\\n" + question``. Evidence kept = some occurrence of the answer inside the
+target document is at least 90% covered by ``Compressed.spans``. Only questions whose answer occurs
+verbatim in their document count. Methods: mixpr (heuristic route), BM25 (bm25s, default parameters, over
+mixpr's own chunks, the whole question as query, best-first into the same budget, question kept),
+rag-sparse, middle-out. The curve: recall against budget on single documents for mixpr and BM25.
+Writes bench/out/real_docs.json, real_docs.png and real_docs_budget.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import mean
+
+import numpy as np
+
+from bench.data import data_dir
+from bench.plotting import budget_curve_plot, real_docs_plot
+from bench.provenance import library_version
+
+OUT = Path(__file__).with_name("out")
+PLOTS = Path(__file__).with_name("plots")
+FILES = {"nq": "natural_question", "contracts": "legal_contract_qa", "papers": "scientific_qa"}
+SETTINGS = {"single": 1000, "haystack": 4000}
+METHODS = ["mixpr", "bm25", "rag-sparse", "middle-out"]
+CURVE_METHODS = ["mixpr", "bm25"]
+CURVE_BUDGETS = [500, 1000, 2000, 4000, 8000]
+HAYSTACK_DOCS = 5
+COVERED = 0.9
+QUICK_DOCS = 3
+
+
+@dataclass(frozen=True)
+class Case:
+    """One question over one compressor input; ``answers``: where the answer is in the target document."""
+
+    file: str
+    doc: int
+    question: str
+    text: str
+    answers: tuple[tuple[int, int], ...]
+
+
+def load(file: str, split: str = "dev") -> list[dict]:
+    path = data_dir() / "real" / f"{FILES[file]}.{split}.jsonl"
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def occurrences(text: str, needle: str, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+    """Every (start, end) of ``needle`` in ``text[lo:hi]``, overlapping ones included."""
+    found, start = [], text.find(needle, lo, hi)
+    while start >= 0:
+        found.append((start, start + len(needle)))
+        start = text.find(needle, start + 1, hi)
+    return tuple(found)
+
+
+def haystack_order(file: str, doc: int, n_docs: int) -> list[int]:
+    """The target and 4 other documents of its file, shuffled; seeded by (file, document) only."""
+    rng = random.Random(f"{file}/{doc}")
+    others = rng.sample([i for i in range(n_docs) if i != doc], HAYSTACK_DOCS - 1)
+    order = [doc, *others]
+    rng.shuffle(order)
+    return order
+
+
+def cases(file: str, rows: list[dict], setting: str, docs: Sequence[int]) -> Iterator[Case]:
+    for doc in docs:
+        row = rows[doc]
+        order = haystack_order(file, doc, len(rows)) if setting == "haystack" else [doc]
+        body, start = "", 0
+        for i in order:
+            if i == doc:
+                start = len(body) + (2 if body else 0)
+            body = f"{body}\n\n{rows[i]['input']}" if body else rows[i]["input"]
+        end = start + len(row["input"])
+        for question, answer in zip(row["instructions"], row["outputs"], strict=True):
+            if answer and answer in row["input"]:
+                text = f"{body}\n\n{question}"
+                yield Case(file, doc, question, text, occurrences(text, answer, start, end))
+
+
+def evidence_kept(answers: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> bool:
+    """Some answer occurrence has at least 90% of its characters inside the kept spans."""
+    if not spans:
+        return False
+    starts = np.array([s for s, _ in spans])
+    ends = np.array([e for _, e in spans])
+    for a, b in answers:
+        covered = np.clip(np.minimum(ends, b) - np.maximum(starts, a), 0, None).sum()
+        if covered >= COVERED * (b - a):
+            return True
+    return False
+
+
+def bm25_spans(text: str, question_start: int, budget: int) -> list[tuple[int, int]]:
+    """BM25 (bm25s defaults) over mixpr's chunks; the question's chunks are kept and are the query."""
+    import bm25s
+
+    from mixpr import selection
+    from mixpr.chunking import chunk_text
+    from mixpr.tokens import encoding_for
+
+    chunks = chunk_text(text)
+    texts = chunks.texts()
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(texts, show_progress=False), show_progress=False)
+    query = bm25s.tokenize([text[question_start:]], return_ids=False, show_progress=False)[0]
+    scores = retriever.get_scores(query) if query else np.zeros(len(texts))
+    sizes = np.array([len(t) for t in encoding_for(None).encode_ordinary_batch(texts)], dtype=np.float64)
+    pinned = np.flatnonzero(chunks.ends > question_start)
+    keep = selection.within_budget(np.asarray(scores, dtype=np.float64), sizes, budget, pinned)
+    return list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
+
+
+def kept_spans(method: str, case: Case, budget: int) -> list[tuple[int, int]]:
+    from mixpr import compress
+
+    if method == "bm25":
+        return bm25_spans(case.text, len(case.text) - len(case.question), budget)
+    kwargs = {"route": "heuristic"} if method == "mixpr" else {}
+    return compress(case.text, budget_tokens=budget, method=method, **kwargs).spans
+
+
+def run(files: list[str], methods: list[str], docs_per_file: int | None, curve: bool) -> list[dict]:
+    rows: list[dict] = []
+    runs = [(setting, budget, methods) for setting, budget in SETTINGS.items()]
+    if curve:
+        runs += [("single", b, CURVE_METHODS) for b in CURVE_BUDGETS if b != SETTINGS["single"]]
+    for file in files:
+        data = load(file)
+        docs = range(0, len(data))[:docs_per_file] if docs_per_file else range(len(data))
+        for setting, budget, names in runs:
+            t0 = time.perf_counter()
+            for case in cases(file, data, setting, docs):
+                for method in [m for m in names if m in methods]:
+                    kept = evidence_kept(case.answers, kept_spans(method, case, budget))
+                    rows.append(
+                        {"file": file, "doc": case.doc, "question": case.question, "setting": setting,
+                         "budget": budget, "method": method, "kept": kept}
+                    )  # fmt: skip
+            print(f"{file} {setting}@{budget}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    return rows
+
+
+def means(rows: list[dict]) -> dict[tuple[str, str, int, str], float]:
+    """(file, setting, budget, method) -> evidence recall."""
+    groups: dict[tuple[str, str, int, str], list[bool]] = {}
+    for r in rows:
+        groups.setdefault((r["file"], r["setting"], r["budget"], r["method"]), []).append(r["kept"])
+    return {k: mean(v) for k, v in groups.items()}
+
+
+def markdown(rows: list[dict], methods: list[str]) -> str:
+    cells = means(rows)
+    files = list(dict.fromkeys(r["file"] for r in rows))
+    count = {(r["file"], r["setting"]): 0 for r in rows}
+    for r in rows:
+        count[(r["file"], r["setting"])] += (
+            r["method"] == methods[0] and r["budget"] == SETTINGS[r["setting"]]
+        )
+    lines = [
+        "| file | setting | budget | n | " + " | ".join(methods) + " |",
+        "|" + "---|" * (len(methods) + 4),
+    ]
+    for file in files:
+        for setting, budget in SETTINGS.items():
+            vals = " | ".join(f"{cells.get((file, setting, budget, m), float('nan')):.2f}" for m in methods)
+            lines.append(f"| {file} | {setting} | {budget} | {count[(file, setting)]} | {vals} |")
+    overall = [mean(cells[(f, s, b, m)] for f in files for s, b in SETTINGS.items()) for m in methods]
+    lines.append("| **mean of cells** | | | | " + " | ".join(f"**{v:.2f}**" for v in overall) + " |")
+    budgets = sorted({r["budget"] for r in rows if r["setting"] == "single"})
+    if len(budgets) > 1:
+        lines += ["", "Single documents, recall against budget:", ""]
+        lines += [
+            "| file | method | " + " | ".join(map(str, budgets)) + " |",
+            "|" + "---|" * (len(budgets) + 2),
+        ]
+        for file in files:
+            for m in CURVE_METHODS:
+                vals = " | ".join(f"{cells.get((file, 'single', b, m), float('nan')):.2f}" for b in budgets)
+                lines.append(f"| {file} | {m} | {vals} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help=f"first {QUICK_DOCS} documents per file, no curve")
+    ap.add_argument("--files", default=",".join(FILES), help="comma list of: " + ", ".join(FILES))
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma list of: " + ", ".join(METHODS))
+    ap.add_argument("--no-curve", action="store_true", help="skip the recall-against-budget runs")
+    ap.add_argument("--out", type=Path, default=OUT, help="output folder for real_docs.{json,png}")
+    ap.add_argument("--publish", action="store_true", help="also copy the PNGs to bench/plots/")
+    args = ap.parse_args(argv)
+    files = [f for f in args.files.split(",") if f]
+    methods = [m for m in METHODS if m in args.methods.split(",")]
+    t0, version = time.perf_counter(), library_version()  # taken first: the library may change mid-run
+    rows = run(files, methods, QUICK_DOCS if args.quick else None, curve=not (args.quick or args.no_curve))
+    print(markdown(rows, methods))
+    print(f"\n({len(rows)} compressions in {time.perf_counter() - t0:.0f} s; library {version})")
+    cells = means(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "library": version,
+        "quick": args.quick,
+        "rows": rows,
+        "cells": [
+            {"file": f, "setting": s, "budget": b, "method": m, "recall": v}
+            for (f, s, b, m), v in cells.items()
+        ],
+    }
+    (args.out / "real_docs.json").write_text(json.dumps(summary, indent=1))
+    real_docs_plot(cells, files, methods, SETTINGS, args.out / "real_docs.png")
+    names = ["real_docs.png"]
+    if any(s == "single" and b != SETTINGS["single"] for _, s, b, _ in cells):
+        budget_curve_plot(cells, files, CURVE_METHODS, args.out / "real_docs_budget.png")
+        names.append("real_docs_budget.png")
+    if args.publish:
+        PLOTS.mkdir(exist_ok=True)
+        for name in names:
+            shutil.copy(args.out / name, PLOTS / name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+import numpy as np
+
+from mixpr.chunking import chunk_text
+from mixpr.query import MAX_QUERY_CHUNKS, query_chunks, query_weights
+
+DOC = "The lease starts in May. Rent is due monthly. The tenant pays for water."
+
+
+def picked_texts(text, span=None):
+    chunks = chunk_text(text)
+    texts = chunks.texts()
+    return [texts[i].strip() for i in query_chunks(chunks, span)]
+
+
+def test_without_a_paragraph_the_query_is_the_last_chunk():
+    assert picked_texts(DOC + " Who pays for water?") == ["Who pays for water?"]
+
+
+def test_a_short_last_chunk_brings_the_one_before():
+    assert picked_texts(DOC + "\nWho pays for water? A:") == ["Who pays for water?", "A:"]
+
+
+def test_a_trailing_paragraph_is_the_whole_query():
+    question = "Read the lease carefully. Details: who pays for water?"
+    expected = ["Read the lease carefully.", "Details: who pays for water?"]
+    assert picked_texts(DOC + "\n\n" + question) == expected
+
+
+def test_a_long_trailing_paragraph_is_not_a_question():
+    tail = " ".join(f"Sentence number {i} of the tail." for i in range(MAX_QUERY_CHUNKS + 1))
+    assert picked_texts(DOC + "\n\n" + tail) == [f"Sentence number {MAX_QUERY_CHUNKS} of the tail."]
+
+
+def test_the_callers_span_wins_and_is_capped():
+    text = DOC + "\n\nWho pays? Answer in one word."
+    start = text.index("Rent")
+    assert picked_texts(text, (start, start + 5)) == ["Rent is due monthly."]
+    many = " ".join(f"Question part {chr(97 + i)}x." for i in range(20))
+    picked = picked_texts(many, (0, len(many)))
+    assert len(picked) == MAX_QUERY_CHUNKS and picked[-1] == "Question part tx."
+
+
+def test_weights_are_uniform_over_the_query_chunks():
+    p = query_weights(chunk_text(DOC + "\n\nFirst part. Second part?"))
+    assert p.tolist() == [0, 0, 0, 0.5, 0.5]
+    assert query_weights(chunk_text("")).tolist() == []
+    assert np.isclose(query_weights(chunk_text(DOC)).sum(), 1)
