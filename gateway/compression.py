@@ -1,9 +1,9 @@
 """The call into MixPR (in a worker) and the router question, for one conversation.
 
 The auto router needs an LLM answer from inside the job: the job calls ``litellm.completion``
-itself (synchronously, in the worker) with the router model's settings. Decisions are cached in
-the gateway by a hash of the model and the text, and a cached route is passed back in as forced.
-The pool itself is ``gateway.workers``; when and how much to compress is ``gateway.policy``.
+itself (synchronously, in the worker) with the router model's settings. Decisions are cached by
+content (``gateway.route_cache``), and a cached route is passed back in as forced. The pool itself
+is ``gateway.workers``; when and how much to compress is ``gateway.policy``.
 
 A request takes a place in the compression queue at its first pool job, counting included: a
 count of a huge text waits behind compressions for the same workers and holds the same 4 MB, so
@@ -14,13 +14,9 @@ fails (a worker crashed twice, a job timed out), the original prompt goes out if
 
 from __future__ import annotations
 
-import asyncio
-import collections
 import functools
-import hashlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +28,7 @@ from gateway.admission import Gate, queue_full
 from gateway.config import MixprSettings
 from gateway.errors import CompressionFailed, CompressionUnavailable, ContextLengthExceeded, Overloaded
 from gateway.policy import Control, Target
+from gateway.route_cache import RouteCache
 from gateway.workers import JobFailed, Workers
 from mixpr.tokens import count_tokens
 
@@ -80,10 +77,7 @@ class Compressor:
         queued = 4 * workers.size if max_queued is None else max_queued
         self.queue = Gate(workers.size + queued)  # requests being compressed or waiting for a worker
         self.metrics = metrics
-        self._cache = _LruCache(route_cache_size)
-        # Router decisions being made right now, by content key: an identical request waits for
-        # the first one's answer instead of asking the router model again.
-        self._deciding: dict[str, asyncio.Future[None]] = {}
+        self.routes = RouteCache(route_cache_size)
 
     async def start(self, *, with_router: bool) -> None:
         await self.workers.start(_warm_up, with_router)
@@ -198,26 +192,12 @@ class Compressor:
         stream_tokens, fixed = counts
         budget = policy.budget(fixed, target, settings, control)
         route = control.route or settings.router
-        key = await self._route_key(router, conv.text) if route == "auto" and router else None
+        key = await self.routes.key(router.name, conv.text) if route == "auto" and router else None
         if key:
-            route = await self._decided(key) or route  # a cached decision is forced
-        # Only one request asks per key (no await between this check and the registration).
-        asking = key if route == "auto" and key not in self._deciding else None
-        if asking:
-            self._deciding[asking] = asyncio.get_running_loop().create_future()
-        try:
+            route = await self.routes.decided(key) or route  # a cached decision is forced
+        with self.routes.asking(key if route == "auto" else None):
             return await self._fit(pool, conv, stream_tokens, fixed, budget, route, key, target,
                                    settings, router)
-        finally:
-            if asking:
-                self._deciding.pop(asking).set_result(None)
-
-    async def _decided(self, key: str) -> str | None:
-        """The cached route for ``key``, after waiting for an identical request that is asking now."""
-        pending = self._deciding.get(key)
-        if pending is not None:
-            await asyncio.shield(pending)
-        return self._cache.get(key)
 
     async def _fit(
         self,
@@ -243,7 +223,7 @@ class Compressor:
                 router=router if route == "auto" else None,
             )
             if key and stats.get("router") == "llm":
-                self._cache.put(key, stats["route"])
+                self.routes.put(key, stats["route"])
             route = stats.get("route") or route  # a retry with a smaller budget keeps the decision
             stream_tokens = stats["original_tokens"]  # counted by MixPR when we skipped it
             messages = conversation.rebuild(conv, spans)
@@ -261,13 +241,6 @@ class Compressor:
             f"the final question) alone take too much.",
             param="messages",
         )
-
-    async def _route_key(self, router: Router, text: str) -> str:
-        # hashlib releases the GIL on large inputs, but encoding 4 MB does not: off the loop if big.
-        if len(text) < INLINE_COUNT_CHARS:
-            return _route_key(router.name, text)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, _route_key, router.name, text)
 
 
 class _Ticket:
@@ -301,10 +274,6 @@ def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUn
         f"it was not sent. Retry shortly.",
         retry_after=UNAVAILABLE_RETRY_AFTER_S,
     )
-
-
-def _route_key(name: str, text: str) -> str:
-    return hashlib.sha256(name.encode() + b"\0" + text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _warm_up(with_router: bool) -> None:
@@ -347,27 +316,3 @@ def _ask_router(router: Router, prompt: str) -> str:
     except Exception as exc:
         log.warning("router call to %s failed (%s); using the heuristic", router.name, type(exc).__name__)
         return ""
-
-
-class _LruCache:
-    """A tiny thread-safe LRU map: worker threads read and write router decisions."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._data: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-            return self._data.get(key)
-
-    def put(self, key: str, value: str) -> None:
-        if self._size <= 0:
-            return
-        with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self._size:
-                self._data.popitem(last=False)
