@@ -122,7 +122,7 @@ def _score(chunks: Chunks, counts, p, method, route, ask_llm, clock, stats, kept
     if method == "rag-sparse":
         stats.update(route=None, router=None, alpha=None)
         return clock.run("rank", baselines.rag_sparse_scores, clock.run("embed", tfidf, counts), p)
-    chosen, decided_by = clock.run("route", _route, chunks, route, ask_llm)
+    chosen, decided_by = clock.run("route", _route, chunks, route, ask_llm, p)
     stats.update(route=chosen, router=decided_by, alpha=routing.ALPHA[chosen])
     if chosen == routing.GLOBAL:
         E = clock.run("embed", tfidf, counts)
@@ -141,13 +141,18 @@ def _local(chunks: Chunks, W, p, kept_chunks) -> np.ndarray:
     return structure.arrange(scores, chunks.opens, np.flatnonzero(p))
 
 
-def _route(chunks: Chunks, route: str, ask_llm) -> tuple[str, str]:
+def _route(chunks: Chunks, route: str, ask_llm, p) -> tuple[str, str]:
+    """The LLM reads the paper's first and last two chunks; the keyword heuristic reads only the
+    request: the located question and an instruction line at the top. On a real document the
+    first chunks are the document's own ("This article's plot summary may be too long"), and a
+    cue word there sent a local question to the global route (bench/README.md)."""
     if route in (routing.LOCAL, routing.GLOBAL):
         return route, "forced"
-    ends = _ends(chunks)
+    asked = np.union1d(query.first_line(chunks), np.flatnonzero(p))
+    request = " ".join(chunks.text[chunks.starts[i] : chunks.ends[i]].strip() for i in asked)
     if route == "heuristic":
-        return routing.heuristic_route(routing.router_query(ends)), "heuristic"
-    return routing.choose_route(ends, ask_llm)
+        return routing.heuristic_route(request), "heuristic"
+    return routing.choose_route(_ends(chunks), ask_llm, heuristic_query=request)
 
 
 def _ends(chunks: Chunks) -> list[str]:

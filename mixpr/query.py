@@ -71,6 +71,19 @@ def _trailing_paragraph(chunks: Chunks) -> np.ndarray:
     return np.arange(first, len(chunks))
 
 
+def first_line(chunks: Chunks) -> np.ndarray:
+    """Chunks of the text's first line when it has at most ``MAX_QUERY_CHUNKS``, else none.
+
+    An instruction set on its own line at the top ("Summarize the following:") is the other
+    place a request sits; a first line that runs on is the document itself."""
+    text = chunks.text
+    newline = text.find("\n", 0, _TAIL_CHARS)
+    if newline < 0:
+        return np.zeros(0, dtype=np.int64)
+    last = np.searchsorted(chunks.starts, newline)
+    return np.arange(min(last, len(chunks))) if last <= MAX_QUERY_CHUNKS else np.zeros(0, dtype=np.int64)
+
+
 def query_weights(chunks: Chunks, query_span: tuple[int, int] | None = None) -> np.ndarray:
     """Personalisation vector p: uniform over the query's chunks, zero elsewhere."""
     p = np.zeros(len(chunks))

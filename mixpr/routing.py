@@ -56,8 +56,12 @@ def heuristic_route(query: str) -> str:
     return GLOBAL if _GLOBAL_CUES.search(query) else LOCAL
 
 
-def choose_route(chunk_texts: Sequence[str], ask_llm: Callable[[str], str] | None) -> tuple[str, str]:
-    """(route, how it was decided: "llm" or "heuristic") for the auto router."""
+def choose_route(
+    chunk_texts: Sequence[str], ask_llm: Callable[[str], str] | None, *, heuristic_query: str | None = None
+) -> tuple[str, str]:
+    """(route, how it was decided: "llm" or "heuristic") for the auto router.
+
+    ``heuristic_query``: what the fallback heuristic reads (default: the same chunks as the LLM)."""
     if ask_llm is not None:
         try:
             route = parse_route(ask_llm(router_prompt(chunk_texts)))
@@ -65,4 +69,5 @@ def choose_route(chunk_texts: Sequence[str], ask_llm: Callable[[str], str] | Non
             route = None
         if route is not None:
             return route, "llm"
-    return heuristic_route(router_query(chunk_texts)), "heuristic"
+    query = router_query(chunk_texts) if heuristic_query is None else heuristic_query
+    return heuristic_route(query), "heuristic"

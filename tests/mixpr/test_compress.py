@@ -174,3 +174,14 @@ def test_a_long_clause_is_kept_whole_when_one_piece_matches():
     facts[1000] = clause
     text = haystack(2000, facts, seed=5) + "\n\nWhen are royalties paid?"
     assert clause in compress(text, budget_tokens=500, route="local").text
+
+
+def test_heuristic_route_reads_the_request_not_the_documents_first_words():
+    # A page whose banner says "summary" (a Wikipedia cleanup notice) with a local question after it.
+    banner = "Derek Shepherd - Wikipedia. This article's plot summary may be too long. "
+    page = banner + haystack(600, {300: NEEDLE})
+    question = "What is the special magic number for gentle-harbor?"
+    asked = compress(f"{page}\n\n{question}", budget_tokens=300, route="heuristic")
+    assert asked.stats["route"] == "local" and "7491302" in asked.text
+    told = compress(f"Summarize the following text.\n{page}", budget_tokens=300, route="heuristic")
+    assert told.stats["route"] == "global"
