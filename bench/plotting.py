@@ -37,10 +37,7 @@ def quality_plot(family_means: dict, methods: list[str], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("mean score (budget 4000 tokens)")
     axes[0][-1].legend(loc="lower left", fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def speed_plot(rows: list[dict], path: Path) -> None:
@@ -60,10 +57,7 @@ def speed_plot(rows: list[dict], path: Path) -> None:
     ax.set_ylabel("seconds")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def real_docs_plot(cells: dict, files: list[str], methods: list[str], settings: dict, path: Path) -> None:
@@ -81,10 +75,7 @@ def real_docs_plot(cells: dict, files: list[str], methods: list[str], settings: 
     ax.set_title("Real documents (dev split): answer kept by compression")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8, loc="upper right")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, path)
 
 
 def budget_curve_plot(cells: dict, files: list[str], methods: list[str], path: Path) -> None:
@@ -103,6 +94,10 @@ def budget_curve_plot(cells: dict, files: list[str], methods: list[str], path: P
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("evidence recall")
     axes[0][-1].legend(loc="lower right", fontsize=8)
+    _save(fig, path)
+
+
+def _save(fig, path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -59,12 +59,15 @@ class Conversation:
         (``split`` puts it last), its tail if long; None when the stream does not end with one."""
         if not self.pieces or self.messages[self.pieces[-1].message].get("role") != "user":
             return None
-        last = self.pieces[-1]
-        end = last.start + len(self.text[last.start : last.end].rstrip())
-        blank = self.text.rfind("\n\n", last.start, end)
-        start = last.start if blank < 0 else blank + 2
-        start = max(start, end - QUERY_MAX_CHARS)
-        start += len(self.text[start:end]) - len(self.text[start:end].lstrip())
+        last, text = self.pieces[-1], self.text
+        end = last.end
+        while end > last.start and text[end - 1].isspace():
+            end -= 1
+        # Only the last QUERY_MAX_CHARS can be the query: never scan (or copy) the document before it.
+        floor = max(last.start, end - QUERY_MAX_CHARS)
+        blank = text.rfind("\n\n", floor, end)
+        start = floor if blank < 0 else blank + 2
+        start += len(text[start:end]) - len(text[start:end].lstrip())
         return (start, end) if start < end else None
 
 

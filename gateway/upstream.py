@@ -15,7 +15,7 @@ import contextlib
 import functools
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -117,13 +117,17 @@ def build_passthrough_call(
     return kwargs
 
 
-async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``litellm.aembedding``'s answer as the JSON the client receives."""
+async def _mapped(call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
+    """``call(**kwargs)``; whatever it raises is translated by ``map_error``."""
     try:
-        response = await litellm.aembedding(**kwargs)
+        return await call(**kwargs)
     except Exception as exc:
         raise map_error(exc) from exc
-    return response.model_dump()
+
+
+async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``litellm.aembedding``'s answer as the JSON the client receives."""
+    return (await _mapped(litellm.aembedding, **kwargs)).model_dump()
 
 
 async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -157,27 +161,17 @@ async def _closed_client(kwargs: dict[str, Any]) -> AsyncIterator[openai.AsyncOp
 
 async def open_text_stream(kwargs: dict[str, Any]) -> Any:
     """Start a streaming legacy completion; read it with ``stream_chunks``."""
-    try:
-        return await litellm.atext_completion(**{**kwargs, "stream": True})
-    except Exception as exc:
-        raise map_error(exc) from exc
+    return await _mapped(litellm.atext_completion, **{**kwargs, "stream": True})
 
 
 async def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A non-streaming completion as the JSON the client receives."""
-    try:
-        response = await litellm.acompletion(**kwargs)
-    except Exception as exc:
-        raise map_error(exc) from exc
-    return response.model_dump()
+    return (await _mapped(litellm.acompletion, **kwargs)).model_dump()
 
 
 async def open_stream(kwargs: dict[str, Any]) -> Any:
     """Start a streaming completion; errors before the first byte still get a proper status."""
-    try:
-        return await litellm.acompletion(**{**kwargs, "stream": True})
-    except Exception as exc:
-        raise map_error(exc) from exc
+    return await _mapped(litellm.acompletion, **{**kwargs, "stream": True})
 
 
 async def stream_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:

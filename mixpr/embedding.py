@@ -66,7 +66,7 @@ def bm25(counts: sp.csr_matrix, *, k1: float = BM25_K1, b: float = BM25_B) -> sp
     """
     counts = counts.tocsr().astype(np.float64)
     n_rows = counts.shape[0]
-    df = np.bincount(counts.indices, minlength=counts.shape[1])
+    df = document_frequency(counts)
     idf = np.log1p((n_rows - df + 0.5) / (df + 0.5))
     lengths = np.asarray(counts.sum(axis=1)).ravel()
     norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1e-9))
@@ -74,6 +74,11 @@ def bm25(counts: sp.csr_matrix, *, k1: float = BM25_K1, b: float = BM25_B) -> sp
     row_norm = np.repeat(norm, np.diff(counts.indptr))
     data = idf[counts.indices] * tf / (tf + row_norm)
     return sp.csr_matrix((data, counts.indices, counts.indptr), shape=counts.shape)
+
+
+def document_frequency(M: sp.csr_matrix) -> np.ndarray:
+    """How many rows (chunks) hold each column (word)."""
+    return np.bincount(M.indices, minlength=M.shape[1])
 
 
 def unit_rows(W: sp.csr_matrix) -> sp.csr_matrix:

@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from mixpr import baselines, pagerank
+from mixpr.embedding import document_frequency
 from mixpr.routing import ALPHA, LOCAL
 
 LOCAL_ALPHA = ALPHA[LOCAL]
@@ -96,9 +97,7 @@ def lexical_scores(W: sp.csr_matrix, p: np.ndarray) -> np.ndarray:
     Words in more than ``STOP_WORD_SHARE`` of the chunks are left out of the query: a
     question's "the", "of this contract" or "reviewed by a lawyer" match every chunk a little,
     and summed over a long question they outweigh its one rare word."""
-    words = np.unique(W[np.flatnonzero(p)].indices)
-    chunks_with_word = np.bincount(W.indices, minlength=W.shape[1])
-    words = words[chunks_with_word[words] <= max(FREQUENT_MIN_CHUNKS, STOP_WORD_SHARE * W.shape[0])]
+    words = np.intersect1d(W[np.flatnonzero(p)].indices, rare_words(W, share=STOP_WORD_SHARE))
     query = np.zeros(W.shape[1])
     query[words] = 1.0
     return np.asarray(W @ query).ravel()
@@ -137,9 +136,15 @@ def without_frequent_words(
     E: sp.csr_matrix, *, share: float = FREQUENT_SHARE, at_least: int = FREQUENT_MIN_CHUNKS
 ) -> sp.csr_matrix:
     """E without the columns of words found in more than ``share`` of the rows (rows keep their norm)."""
-    chunks_with_word = np.bincount(E.indices, minlength=E.shape[1])
+    return E[:, rare_words(E, share=share, at_least=at_least)].tocsr()
+
+
+def rare_words(
+    E: sp.csr_matrix, *, share: float = FREQUENT_SHARE, at_least: int = FREQUENT_MIN_CHUNKS
+) -> np.ndarray:
+    """The columns of words found in at most ``share`` of the rows (or ``at_least`` rows), sorted."""
     limit = max(at_least, share * E.shape[0])
-    return E[:, np.flatnonzero(chunks_with_word <= limit)].tocsr()
+    return np.flatnonzero(document_frequency(E) <= limit)
 
 
 def _best(scores: np.ndarray, k: int) -> np.ndarray:
