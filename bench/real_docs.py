@@ -26,12 +26,16 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.data import data_dir
 from bench.plotting import budget_curve_plot, real_docs_plot
 from bench.provenance import library_version
+
+if TYPE_CHECKING:
+    from mixpr.chunking import Chunks
 
 OUT = Path(__file__).with_name("out")
 PLOTS = Path(__file__).with_name("plots")
@@ -110,6 +114,12 @@ def evidence_kept(answers: Sequence[tuple[int, int]], spans: Sequence[tuple[int,
 
 def bm25_spans(text: str, question_start: int, budget: int) -> list[tuple[int, int]]:
     """BM25 (bm25s defaults) over mixpr's chunks; the question's chunks are kept and are the query."""
+    chunks, keep = bm25_select(text, question_start, budget)
+    return list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
+
+
+def bm25_select(text: str, question_start: int, budget: int) -> tuple[Chunks, np.ndarray]:
+    """The chunks of ``text`` and the sorted indices BM25 keeps within ``budget`` tokens."""
     import bm25s
 
     from mixpr import selection
@@ -124,8 +134,7 @@ def bm25_spans(text: str, question_start: int, budget: int) -> list[tuple[int, i
     scores = retriever.get_scores(query) if query else np.zeros(len(texts))
     sizes = np.array([len(t) for t in encoding_for(None).encode_ordinary_batch(texts)], dtype=np.float64)
     pinned = np.flatnonzero(chunks.ends > question_start)
-    keep = selection.within_budget(np.asarray(scores, dtype=np.float64), sizes, budget, pinned)
-    return list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
+    return chunks, selection.within_budget(np.asarray(scores, dtype=np.float64), sizes, budget, pinned)
 
 
 def kept_spans(method: str, case: Case, budget: int) -> list[tuple[int, int]]:
