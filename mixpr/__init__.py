@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mixpr import baselines, experts, query, routing, selection, structure
+from mixpr import baselines, experts, lexical, query, routing, selection, structure
 from mixpr.chunking import Chunks, chunk_text
-from mixpr.embedding import bm25, count_matrix, tfidf, unit_rows
+from mixpr.embedding import bm25, counts_and_words, tfidf, unit_rows
 from mixpr.tokens import count_tokens
 
 __all__ = ["METHODS", "ROUTES", "Compressed", "compress"]
@@ -78,11 +78,11 @@ def compress(
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
-    counts = clock.run("embed", count_matrix, chunks.texts()) if method != "middle-out" else None
+    counts, words = clock.run("embed", counts_and_words, chunks.texts()) if method != "middle-out" else (None, None)
     p = query.query_weights(chunks, query_span)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
-    scores = _score(chunks, counts, p, method, route, ask_llm, clock, stats, kept_chunks)
+    scores = _score(chunks, counts, words, p, method, route, ask_llm, clock, stats, kept_chunks)
     keep, kept_text, kept_tokens = clock.run(
         "select", _select, chunks, scores, p, budget_tokens, top_k, model, tokens_per_char
     )
@@ -113,7 +113,7 @@ def _is_span(span, length: int) -> bool:
     return all(isinstance(v, int) for v in (start, end)) and 0 <= start < end <= length
 
 
-def _score(chunks: Chunks, counts, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
+def _score(chunks: Chunks, counts, words, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
     """Each scorer weights the counts its own way: TF-IDF for RAG-Sparse and the global expert
     (there frequent words are the signal), BM25 for the local expert (see ``_local``)."""
     if method == "middle-out":
@@ -128,16 +128,17 @@ def _score(chunks: Chunks, counts, p, method, route, ask_llm, clock, stats, kept
         E = clock.run("embed", tfidf, counts)
         return clock.run("rank", experts.global_scores, E, p, kept_chunks=kept_chunks)
     W = clock.run("embed", bm25, counts)
-    return clock.run("rank", _local, chunks, W, p, kept_chunks)
+    return clock.run("rank", _local, chunks, W, words, p, kept_chunks)
 
 
-def _local(chunks: Chunks, W, p, kept_chunks) -> np.ndarray:
+def _local(chunks: Chunks, W, words, p, kept_chunks) -> np.ndarray:
     """The local expert on BM25 rows, fused with BM25 relevance to the question, then the
     text's structure. On real documents (bench/real_docs.py) BM25's saturation and partial
     length norm rank a long clause that names a rare query word once above short chunks
-    that share frequent words, both for the query and in the graph's similarities."""
-    lexical = experts.lexical_scores(W, p)
-    scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=lexical)
+    that share frequent words, both for the query and in the graph's similarities. The question's
+    words also match their variants ("pointers" meets "point", ``mixpr.lexical``)."""
+    relevance = lexical.lexical_scores(W, p, words)
+    scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=relevance)
     return structure.arrange(scores, chunks.opens, np.flatnonzero(p))
 
 

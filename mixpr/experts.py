@@ -86,21 +86,9 @@ def local_scores(
 ) -> np.ndarray:
     """``kept_chunks``: about how many chunks the caller will keep; sizes the candidate set.
 
-    ``lexical``: the chunks' BM25 relevance to the query (``lexical_scores``), fused by rank."""
+    ``lexical``: the chunks' BM25 relevance to the query (``lexical.lexical_scores``), fused by rank."""
     scores = _graph_scores(E, p, kept_chunks)
     return scores if lexical is None else fuse_ranks(scores, lexical)
-
-
-def lexical_scores(W: sp.csr_matrix, p: np.ndarray) -> np.ndarray:
-    """BM25 relevance of each chunk (rows of ``W``, see ``embedding.bm25``) to the query's words.
-
-    Words in more than ``STOP_WORD_SHARE`` of the chunks are left out of the query: a
-    question's "the", "of this contract" or "reviewed by a lawyer" match every chunk a little,
-    and summed over a long question they outweigh its one rare word."""
-    words = np.intersect1d(W[np.flatnonzero(p)].indices, rare_words(W, share=STOP_WORD_SHARE))
-    query = np.zeros(W.shape[1])
-    query[words] = 1.0
-    return np.asarray(W @ query).ravel()
 
 
 def fuse_ranks(*scores: np.ndarray) -> np.ndarray:

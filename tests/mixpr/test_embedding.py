@@ -4,16 +4,17 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 
-from mixpr.embedding import count_matrix, embed
+from mixpr.embedding import count_matrix, counts_and_words, embed
 
 from .filler import sentences
 
-TEXTS = sentences(300, seed=3) + ["", "a b c", "Café CAFÉ café naïve", "x\x00y zz\x00ww"]
+TEXTS = sentences(300, seed=3) + ["", "a b c", "Café CAFÉ café naïve", "x\x00y zz\x00ww", "Season 2 , episode 4 (2017)"]
 
 
 def test_matches_scikit_learn_tfidf_vectorizer():
     ours = embed(TEXTS)
-    reference = TfidfVectorizer(dtype=np.float32).fit_transform(TEXTS)
+    # scikit-learn's default pattern, plus lone digits (``embedding._TOKENS``).
+    reference = TfidfVectorizer(dtype=np.float32, token_pattern=r"(?u)\b\w\w+\b|\d").fit_transform(TEXTS)
     assert ours.shape == reference.shape
     # Column order differs (first appearance vs alphabetical); similarities do not.
     np.testing.assert_allclose((ours @ ours.T).toarray(), (reference @ reference.T).toarray(), atol=1e-5)
@@ -30,6 +31,14 @@ def test_counts_are_case_folded_and_per_text():
     assert sp.issparse(counts)
     assert sorted(counts.toarray()[0].tolist()) == [1.0, 3.0]
     assert counts.toarray()[1].sum() == 1.0
+
+
+def test_a_lone_digit_is_a_word_a_lone_letter_is_not():
+    # "season 2" and "season 7" must differ, or a question about episode 4 of season 7 matches
+    # every season's table alike.
+    counts, words = counts_and_words(["Season 2 , episode 4", "season 7 a"])
+    assert words == ["season", "2", "episode", "4", "7"]
+    assert counts.toarray().tolist() == [[1, 1, 1, 1, 0], [1, 0, 0, 0, 1]]
 
 
 def test_separator_characters_inside_texts_do_not_shift_rows():

@@ -2,7 +2,8 @@ import numpy as np
 
 from mixpr.chunking import chunk_text
 from mixpr.embedding import bm25, count_matrix, embed, tfidf
-from mixpr.experts import fuse_ranks, global_scores, lexical_scores, local_scores, without_frequent_words
+from mixpr.experts import fuse_ranks, global_scores, local_scores, without_frequent_words
+from mixpr.lexical import lexical_scores
 from mixpr.query import query_weights
 
 from .filler import haystack
@@ -48,18 +49,6 @@ def test_global_budget_is_not_spent_on_one_cluster_of_near_duplicates():
     top = [texts[i] for i in np.argsort(-scores)[:6]]
     assert sum(t.startswith("Zeta") for t in top) <= 2
     assert sum(t.startswith("Common") for t in top) >= 3
-
-
-def test_lexical_scores_ignore_question_words_found_in_most_chunks():
-    texts = [f"The contract clause {i} of this agreement." for i in range(40)]
-    texts[17] = "Royalties are paid each quarter."
-    texts.append("Which part of this contract says how royalties are paid?")
-    W = bm25(count_matrix(texts))
-    p = np.zeros(len(texts))
-    p[-1] = 1.0
-    scores = lexical_scores(W, p)
-    # "contract" and "this" are in every chunk: left out, so only chunk 17 (and the query) match.
-    assert np.flatnonzero(scores[:-1]).tolist() == [17]
 
 
 def test_fusion_ranks_the_best_of_either_list_high_and_skips_zeros():

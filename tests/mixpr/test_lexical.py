@@ -1,0 +1,69 @@
+import numpy as np
+
+from mixpr import compress
+from mixpr.embedding import bm25, count_matrix, counts_and_words
+from mixpr.lexical import PREFIX_CHARS, VARIANT_WEIGHT, lexical_scores, query_vector
+
+from .filler import sentences
+
+QUESTION = "Who made the most three pointers in one game?"
+ANSWER = "Most 3 - point field goals made in a game: 13 by Stephen Curry."
+DECOY = "Most rebounds made in a game: 55 by Wilt Chamberlain."
+
+
+def _weights(texts: list[str]):
+    counts, words = counts_and_words(texts)
+    p = np.zeros(len(texts))
+    p[-1] = 1.0
+    return bm25(counts), p, words
+
+
+def test_lexical_scores_ignore_question_words_found_in_most_chunks():
+    texts = [f"The contract clause {i} of this agreement." for i in range(40)]
+    texts[17] = "Royalties are paid each quarter."
+    texts.append("Which part of this contract says how royalties are paid?")
+    W = bm25(count_matrix(texts))
+    p = np.zeros(len(texts))
+    p[-1] = 1.0
+    scores = lexical_scores(W, p)
+    # "contract" and "this" are in every chunk: left out, so only chunk 17 (and the query) match.
+    assert np.flatnonzero(scores[:-1]).tolist() == [17]
+
+
+def test_a_question_word_matches_words_that_share_its_first_five_characters_at_half_weight():
+    texts = [*sentences(30, seed=1), "The pointer moved.", "A red poinsettia.", "Pointers everywhere.", QUESTION]
+    W, p, words = _weights(texts)
+    q = query_vector(W, p, words)
+    column = {w: i for i, w in enumerate(words)}
+    assert PREFIX_CHARS == 5
+    assert q[column["pointers"]] == 1.0
+    assert q[column["pointer"]] == VARIANT_WEIGHT == 0.5
+    assert q[column["poinsettia"]] == 0.0  # shares only "poin"
+    assert q[column["game"]] == 1.0 and q[column["one"]] == 1.0  # too short to have variants
+
+
+def test_variants_rank_the_chunk_that_says_point_above_one_that_only_shares_most_and_game():
+    texts = [*sentences(40, seed=2), DECOY, ANSWER, QUESTION]
+    W, p, words = _weights(texts)
+    plain, varied = lexical_scores(W, p), lexical_scores(W, p, words)
+    answer, decoy = len(texts) - 2, len(texts) - 3
+    # Without variants both share only "most", "made", "game", and the shorter decoy wins.
+    assert 0 < plain[answer] < plain[decoy]
+    assert varied[answer] > varied[decoy] == plain[decoy]
+
+
+def test_compress_keeps_the_paragraph_of_the_season_the_question_names():
+    filler = sentences(40, seed=5)
+    paragraphs = [
+        f"Season {n} premiered on April {20 + n} , {2016 + n} . " + " ".join(filler[10 * k : 10 * k + 10])
+        for k, n in enumerate((4, 2, 1, 3))
+    ]
+    text = "\n".join(paragraphs) + "\n\nWhen did season 2 premiere?"
+    kept = compress(text, top_k=1, route="local").text
+    assert kept.startswith("Season 2 premiered on April 22 , 2018 .")
+
+
+def test_compress_keeps_the_record_a_question_asks_in_other_words():
+    text = " ".join(sentences(60, seed=6)) + f"\n{DECOY}\n{ANSWER}\n\n{QUESTION}"
+    kept = compress(text, top_k=1, route="local").text
+    assert ANSWER in kept and DECOY not in kept
