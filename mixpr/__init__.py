@@ -78,7 +78,9 @@ def compress(
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
-    counts, words = clock.run("embed", counts_and_words, chunks.texts()) if method != "middle-out" else (None, None)
+    counts, words = (
+        clock.run("embed", counts_and_words, chunks.texts()) if method != "middle-out" else (None, None)
+    )
     p = query.query_weights(chunks, query_span)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))

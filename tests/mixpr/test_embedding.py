@@ -8,7 +8,13 @@ from mixpr.embedding import count_matrix, counts_and_words, embed
 
 from .filler import sentences
 
-TEXTS = sentences(300, seed=3) + ["", "a b c", "Café CAFÉ café naïve", "x\x00y zz\x00ww", "Season 2 , episode 4 (2017)"]
+TEXTS = sentences(300, seed=3) + [
+    "",
+    "a b c",
+    "Café CAFÉ café naïve",
+    "x\x00y zz\x00ww",
+    "Season 2 , episode 4 (2017)",
+]
 
 
 def test_matches_scikit_learn_tfidf_vectorizer():

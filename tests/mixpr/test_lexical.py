@@ -31,7 +31,13 @@ def test_lexical_scores_ignore_question_words_found_in_most_chunks():
 
 
 def test_a_question_word_matches_words_that_share_its_first_five_characters_at_half_weight():
-    texts = [*sentences(30, seed=1), "The pointer moved.", "A red poinsettia.", "Pointers everywhere.", QUESTION]
+    texts = [
+        *sentences(30, seed=1),
+        "The pointer moved.",
+        "A red poinsettia.",
+        "Pointers everywhere.",
+        QUESTION,
+    ]
     W, p, words = _weights(texts)
     q = query_vector(W, p, words)
     column = {w: i for i, w in enumerate(words)}
