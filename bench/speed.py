@@ -2,12 +2,14 @@
 
     .venv/bin/python -m bench.speed                        # 32k, 128k, 1M, 10M book text + tiny-chunk floods
     .venv/bin/python -m bench.speed --sizes 32k,1M --no-flood
+    .venv/bin/python -m bench.speed --publish              # also copy the PNG to bench/plots/
 
 Every case runs in a fresh subprocess so its peak RSS is its own. Sizes up to 1M report the median of
 ``--runs`` (3) compressions; bigger ones run once. ``count`` is plain tiktoken ``encode_ordinary`` on the same
 text in the same process, and ``total/count`` is the ratio of their medians. ``(total-count)/count`` leaves
 out compress()'s own count: the gateway has already counted the prompt to decide whether to compress.
-Writes bench/out/speed.json, bench/out/speed.png and bench/plots/speed.png.
+Writes bench/out/speed.json and bench/out/speed.png (``--publish`` also copies the PNG to bench/plots/,
+like the other benches: a quick or noisy run must not replace the published plot by the way).
 """
 
 from __future__ import annotations
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-flood", action="store_true", help="skip the tiny-chunk flood rows")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds before a case is abandoned")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
     args = ap.parse_args(argv)
 
     cases = [("books", parse_size(s)) for s in args.sizes.split(",")]
@@ -129,6 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     books = [r for r in rows if r["kind"] == "books" and "error" not in r]
     if books:
         speed_plot(books, args.out / "speed.png")
+    if books and args.publish:
         PLOTS.mkdir(exist_ok=True)
         shutil.copy(args.out / "speed.png", PLOTS / "speed.png")
 
