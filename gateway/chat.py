@@ -94,9 +94,9 @@ class ChatService:
         if server is None or (server.ready and not lost):
             return
         problem = server.problem or "managed server stopped answering"
-        retry = str(server.retry_after)
+        retry = server.retry_after
         raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
-                               f"retry in {retry} s.", headers={"Retry-After": retry})
+                               f"retry in {retry} s.", retry_after=retry)
 
     async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
                        added: int = 0) -> Outcome:

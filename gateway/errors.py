@@ -76,14 +76,6 @@ class UpstreamError(GatewayError):
     error_type = "api_error"
 
 
-class ModelUnavailable(GatewayError):
-    """The model's own server is down (starting or restarting); retrying later helps."""
-
-    status_code = 503
-    error_type = "api_error"
-    code = "model_unavailable"
-
-
 class ServiceUnavailable(GatewayError):
     """A server-side condition a retry can get past; ``retry_after`` seconds go in Retry-After."""
 
@@ -98,6 +90,12 @@ class Overloaded(ServiceUnavailable):
     """Shed by admission control: the compression queue or the request bodies in memory are full."""
 
     code = "overloaded"
+
+
+class ModelUnavailable(ServiceUnavailable):
+    """The model's own server is down (starting or restarting); retrying later helps."""
+
+    code = "model_unavailable"
 
 
 class CompressionUnavailable(ServiceUnavailable):

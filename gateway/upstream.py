@@ -67,20 +67,8 @@ def build_call(
 ) -> dict[str, Any]:
     """Keyword arguments for ``litellm.acompletion``: the deployment's settings plus the request's
     parameters (``stream`` is set by ``open_stream``)."""
-    kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
-    kwargs.setdefault("timeout", timeout)
-    kwargs.setdefault("max_retries", 0)  # retrying is the client's call; it sees Retry-After
-    supported = supported_params(entry.upstream_model)
-    extra_body = dict(kwargs.pop("extra_body", None) or {})
-    for key, value in params.items():
-        if key in ("model", "messages", "mixpr", "stream"):
-            continue
-        if key in supported:
-            kwargs[key] = value
-        else:
-            extra_body[key] = value
-    if extra_body:
-        kwargs["extra_body"] = extra_body
+    known = supported_params(entry.upstream_model)
+    kwargs = _split_params(entry, params, known=known, skip=("messages",), timeout=timeout)
     kwargs["messages"] = messages
     # LiteLLM imports its MCP gateway (an optional dependency) whenever tools are present.
     kwargs["_skip_mcp_handler"] = True
@@ -101,12 +89,22 @@ def build_passthrough_call(
 ) -> dict[str, Any]:
     """Keyword arguments for ``litellm.aembedding`` / ``atext_completion``: as ``build_call``, with
     that endpoint's own parameters by name."""
+    return _split_params(entry, params, known=known, skip=(), timeout=timeout)
+
+
+def _split_params(
+    entry: ModelEntry, params: dict[str, Any], *, known: frozenset[str], skip: tuple[str, ...], timeout: float
+) -> dict[str, Any]:
+    """The model's LiteLLM params, then the request's: by name if ``known``, else in extra_body.
+
+    ``model`` and ``stream`` (set by the caller), the gateway's own ``mixpr`` and ``skip`` (what the
+    caller sets itself) are not copied."""
     kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
     kwargs.setdefault("timeout", timeout)
-    kwargs.setdefault("max_retries", 0)
+    kwargs.setdefault("max_retries", 0)  # retrying is the client's call; it sees Retry-After
     extra_body = dict(kwargs.pop("extra_body", None) or {})
     for key, value in params.items():
-        if key in ("model", "mixpr", "stream"):
+        if key in ("model", "mixpr", "stream") or key in skip:
             continue
         if key in known:
             kwargs[key] = value

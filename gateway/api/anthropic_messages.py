@@ -17,10 +17,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from litellm import ModelResponse, ModelResponseStream
 from litellm.llms.anthropic.pass_through.adapters.transformation import AnthropicAdapter
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from gateway.api.common import authorized_body, is_int_at_least, parse_control
-from gateway.api.openai_chat import SSE_HEADERS
+from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
 
@@ -51,8 +50,7 @@ async def messages(request: Request) -> Response:
         failure = _Failure()
         events = adapter.translate_completion_output_params_streaming(
             _model_chunks(reply.chunks, failure), model=body["model"], tool_name_mapping=names)
-        return StreamingResponse(_sse(events, failure), media_type="text/event-stream",
-                                 headers={**reply.headers, **SSE_HEADERS})
+        return event_stream(_sse(events, failure), reply.headers)
     message = adapter.translate_completion_output_params(ModelResponse(**reply.response),
                                                          tool_name_mapping=names)
     return JSONResponse(_plain(message), headers=reply.headers)

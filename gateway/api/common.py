@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from fastapi import Request
+from starlette.responses import StreamingResponse
 
 from gateway.admission import held_bytes
 from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
@@ -19,6 +20,8 @@ CONTROL_KEYS = ("enabled", "route", "budget_tokens")
 MAX_DEPTH = 64  # JSON nesting; OpenAI's deepest structures (tool schemas) stay far below
 _SURROGATE = re.compile("[\ud800-\udfff]")
 MIN_BUDGET = 16
+# Proxies must neither cache nor buffer a stream of server-sent events.
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
 def state(request: Request) -> Any:
@@ -163,3 +166,8 @@ def _checked_control(raw: dict[str, Any]) -> Control:
 
 def is_int_at_least(value: Any, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def event_stream(body: Any, headers: Mapping[str, str]) -> StreamingResponse:
+    """A server-sent-event response of ``body`` (an async iterator of encoded events)."""
+    return StreamingResponse(body, media_type="text/event-stream", headers={**headers, **SSE_HEADERS})

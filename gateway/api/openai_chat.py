@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from gateway.api.common import authorized_body, is_int_at_least, parse_control
+from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
 from gateway.upstream import USER_PART_TYPES
@@ -18,7 +18,6 @@ from gateway.upstream import USER_PART_TYPES
 log = logging.getLogger("gateway.api.openai_chat")
 
 router = APIRouter()
-SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
@@ -29,8 +28,7 @@ async def chat_completions(request: Request) -> Response:
     call = parse_request(body, request.headers)
     reply = await gateway.chat.run(call)
     if reply.chunks is not None:
-        return StreamingResponse(sse(reply.chunks), media_type="text/event-stream",
-                                 headers={**reply.headers, **SSE_HEADERS})
+        return event_stream(sse(reply.chunks), reply.headers)
     return JSONResponse(reply.response, headers=reply.headers)
 
 

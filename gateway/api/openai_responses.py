@@ -23,10 +23,9 @@ from fastapi import APIRouter, Request
 from litellm.responses.litellm_completion_transformation.transformation import (
     LiteLLMCompletionResponsesConfig,
 )
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
-from gateway.api.common import authorized_body, is_int_at_least, parse_control
-from gateway.api.openai_chat import SSE_HEADERS
+from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
 
@@ -54,8 +53,7 @@ async def responses(request: Request) -> Response:
     reply = await gateway.chat.run(call)
     if reply.chunks is not None:
         events = ResponseStream(body).events(reply.chunks)
-        return StreamingResponse(sse(events), media_type="text/event-stream",
-                                 headers={**reply.headers, **SSE_HEADERS})
+        return event_stream(sse(events), reply.headers)
     return JSONResponse(response_object(reply.response, body), headers=reply.headers)
 
 

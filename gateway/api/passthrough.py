@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 
 from gateway import upstream
-from gateway.api.common import authorized_body, parse_control
-from gateway.api.openai_chat import SSE_HEADERS, sse, validate_params
+from gateway.api.common import authorized_body, event_stream, parse_control
+from gateway.api.openai_chat import sse, validate_params
 from gateway.chat import report_headers
 from gateway.compression import Outcome
 from gateway.errors import BadRequest
@@ -69,8 +69,7 @@ async def completions(request: Request) -> Response:
     if body.get("stream"):
         stream = await upstream.open_text_stream(kwargs)
         headers = report_headers(outcome or Outcome([], "passthrough", 0, 0))
-        return StreamingResponse(sse(upstream.stream_chunks(stream)), media_type="text/event-stream",
-                                 headers={**headers, **SSE_HEADERS})
+        return event_stream(sse(upstream.stream_chunks(stream)), headers)
     response = await upstream.text_complete(kwargs)
     if outcome is None:
         tokens = _prompt_tokens(response)
