@@ -19,6 +19,7 @@ from gateway.config import GatewayConfig, MixprSettings, ModelEntry, max_input_t
 from gateway.errors import ModelNotFound, ModelUnavailable, UpstreamError
 from gateway.metrics import Metrics
 from gateway.policy import Control, Target
+from gateway.prefix import Prefixes, Request
 
 log = logging.getLogger("gateway.chat")
 
@@ -59,6 +60,8 @@ class ChatService:
         self.windows = {m.model_name: max_input_tokens(m, default) for m in self.config.model_list}
         self.settings = {m.model_name: m.settings(self.config.mixpr_settings) for m in self.config.model_list}
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
+        self.prefixes = Prefixes(self.compressor, cache_bytes=self.config.general_settings.prefix_cache_bytes,
+                                 metrics=self.metrics)
 
     def entry(self, model: str) -> ModelEntry:
         entry = self.config.model(model)
@@ -66,18 +69,25 @@ class ChatService:
             raise ModelNotFound(f"The model `{model}` does not exist on this gateway.", param="model")
         return entry
 
-    async def run(self, call: ChatCall) -> ChatReply:
+    async def prepare(self, call: ChatCall) -> Outcome:
+        """What goes upstream for ``call``, and the report: trigger, budget, router, the
+        conversation's prefix (``gateway.prefix``) and failing open, nothing forwarded yet."""
         started = time.perf_counter()
         entry = self.entry(call.model)
         self.check_available(entry.model_name)
         settings = self.settings[entry.model_name]
-        routed = self_route.eligible(call.params, settings)
-        added = self_route.INSTRUCTION_TOKENS if routed else 0
-        outcome = await self._prepare(entry, call, settings, call.control, added)
+        added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
+        outcome = await self._prepare(entry, call, settings, call.control, added, prefix=True)
         self._record(entry.model_name, outcome, started)
+        return outcome
+
+    async def run(self, call: ChatCall) -> ChatReply:
+        outcome = await self.prepare(call)
+        entry = self.entry(call.model)
+        settings = self.settings[entry.model_name]
         try:
             plan = None
-            if routed and outcome.action == "compressed":
+            if self_route.eligible(call.params, settings) and outcome.action == "compressed":
                 plan = self_route.escalation(entry.model_name, settings, outcome, call.control)
             if plan is None:  # not compressed, or nothing larger to escalate to: ask as usual
                 return await self._forward(entry, call, outcome)
@@ -99,13 +109,16 @@ class ChatService:
                                f"retry in {retry} s.", retry_after=retry)
 
     async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
-                       added: int = 0) -> Outcome:
+                       added: int = 0, *, prefix: bool = False) -> Outcome:
+        """``prefix``: keep the bytes sent for the conversation's earlier turns (escalations do not:
+        they ask about the whole conversation afresh)."""
         target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(call.params, settings),
                         _reserve_param(call.params), added)
-        return await self.compressor.prepare(
-            call.messages, tools=call.params.get("tools"), target=target, settings=settings,
-            control=control, router=self.routers.get(settings.router_model or entry.model_name),
-        )
+        request = Request(call.messages, call.params.get("tools"), target, settings, control,
+                          self.routers.get(settings.router_model or entry.model_name))
+        if prefix:
+            return await self.prefixes.prepare(request, entry.model_name)
+        return await self.prefixes.today(request)
 
     async def _self_routed(self, entry: ModelEntry, call: ChatCall, outcome: Outcome,
                            plan: self_route.Escalation) -> ChatReply:
@@ -203,6 +216,8 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-compressed-tokens": str(outcome.final_tokens),
         "x-mixpr-route": outcome.route or "none",
         "x-mixpr-compress-ms": _ms(outcome.compress_ms),
+        "x-mixpr-prefix-reused-tokens": str(outcome.reused_tokens),
+        "x-mixpr-reset": "true" if outcome.reset else "false",
     }
 
 

@@ -66,6 +66,10 @@ class Outcome:
     compress_ms: float | None = None
     budget: int | None = None  # what MixPR was asked to keep, and what the window left it
     room: int | None = None
+    spans: tuple[tuple[int, int], ...] = ()  # kept spans of the conversation's stream, when compressed
+    failed_open: bool = False  # compression failed and the original went out: not a state to remember
+    reused_tokens: int = 0  # prompt tokens that repeat the previous turn's request exactly (gateway.prefix)
+    reset: bool = False  # this turn was compressed afresh, so it does not start with the previous one's bytes
 
 
 class Compressor:
@@ -94,42 +98,60 @@ class Compressor:
         settings: MixprSettings,
         control: Control,
         router: Router | None,
+        pool: Ticket | None = None,
+        headroom: float = 0.0,
     ) -> Outcome:
-        """The messages to forward: unchanged below the trigger, else compressed to fit."""
-        pool = _Ticket(self)
+        """The messages to forward: unchanged below the trigger, else compressed to fit.
+
+        ``headroom``: the share of the budget to leave free (a conversation's later turns grow into
+        it, ``gateway.prefix``). ``pool``: a ticket the caller holds across several calls."""
+        ticket = pool or Ticket(self)
         try:
-            return await self._prepare(pool, messages, tools, target, settings, control, router)
+            return await self._prepare(ticket, messages, tools, target, settings, control, router, headroom)
         except JobFailed as exc:  # counting failed, so whether the original fits is unknown
             self._failed(exc.cause)
             raise _unavailable(exc.cause, None, target) from exc
         finally:
-            pool.release()
+            if pool is None:
+                ticket.release()
+
+    async def fixed_tokens(self, pool: Ticket, conv: conversation.Conversation, target: Target,
+                           tools: Any) -> int:
+        """What compression never shrinks: verbatim text, framing, media and tool definitions."""
+        fixed = await self.count(pool, conv.verbatim_text, target.model)  # a huge system prompt happens
+        return fixed + conversation.overhead_tokens(conv, target.model, tools)
+
+    async def count(self, pool: Ticket, text: str, model: str) -> int:
+        """Tokens of ``text``: on the loop when short, else in the pool."""
+        if len(text) < INLINE_COUNT_CHARS:
+            return count_tokens(text, model)
+        return await pool.run(count_tokens, text, model)
 
     async def _prepare(
         self,
-        pool: _Ticket,
+        pool: Ticket,
         messages: list[dict[str, Any]],
         tools: Any,
         target: Target,
         settings: MixprSettings,
         control: Control,
         router: Router | None,
+        headroom: float,
     ) -> Outcome:
         conv = conversation.split(messages)
-        fixed = await self._count(pool, conv.verbatim_text, target.model)  # a huge system prompt happens
-        fixed += conversation.overhead_tokens(conv, target.model, tools)
+        fixed = await self.fixed_tokens(pool, conv, target, tools)
         threshold = policy.threshold(target, settings, control)
         stream_tokens: int | None = None
         # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
         # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
         if threshold is None or len(conv.text) <= CHARS_PER_TOKEN_CEILING * threshold:
-            stream_tokens = await self._count(pool, conv.text, target.model)
+            stream_tokens = await self.count(pool, conv.text, target.model)
             if threshold is None or stream_tokens + fixed <= threshold:
                 total = stream_tokens + fixed
                 return Outcome(messages, "passthrough", total, total)
         try:
             counts = (stream_tokens, fixed)
-            return await self._compress(pool, conv, counts, target, settings, control, router)
+            return await self._compress(pool, conv, counts, target, settings, control, router, headroom)
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a bug, a pathological text or a dead worker must not cost an answer
@@ -137,7 +159,7 @@ class Compressor:
 
     async def _fail_open(
         self,
-        pool: _Ticket,
+        pool: Ticket,
         exc: Exception,
         messages: list[dict[str, Any]],
         conv: conversation.Conversation,
@@ -153,15 +175,15 @@ class Compressor:
         log.debug("traceback", exc_info=exc)
         # Over this many characters it cannot fit: no need to count (and the pool may be down).
         if stream_tokens is None and len(conv.text) <= CHARS_PER_TOKEN_CEILING * target.limit:
-            stream_tokens = await self._count(pool, conv.text, target.model)
+            stream_tokens = await self.count(pool, conv.text, target.model)
         if stream_tokens is not None and stream_tokens + fixed <= target.limit:
             total = stream_tokens + fixed
-            return Outcome(messages, "passthrough", total, total)
+            return Outcome(messages, "passthrough", total, total, failed_open=True)
         if isinstance(exc, JobFailed):
             total = stream_tokens + fixed if stream_tokens is not None else None
             raise _unavailable(exc.cause, total, target) from exc
         if stream_tokens is None:
-            stream_tokens = await self._count(pool, conv.text, target.model)
+            stream_tokens = await self.count(pool, conv.text, target.model)
         # MixPR itself raised: a server fault that a retry of the same prompt would hit again, so a
         # 500 without Retry-After, never a 4xx (the client's prompt was fine).
         raise CompressionFailed(
@@ -170,27 +192,23 @@ class Compressor:
             f"({type(exc).__name__}), so it was not sent.",
         ) from exc
 
-    async def _count(self, pool: _Ticket, text: str, model: str) -> int:
-        if len(text) < INLINE_COUNT_CHARS:
-            return count_tokens(text, model)
-        return await pool.run(count_tokens, text, model)
-
     def _failed(self, cause: str) -> None:
         if self.metrics is not None:
             self.metrics.compression_failures.labels(cause).inc()
 
     async def _compress(
         self,
-        pool: _Ticket,
+        pool: Ticket,
         conv: conversation.Conversation,
         counts: tuple[int | None, int],
         target: Target,
         settings: MixprSettings,
         control: Control,
         router: Router | None,
+        headroom: float = 0.0,
     ) -> Outcome:
         stream_tokens, fixed = counts
-        budget = policy.budget(fixed, target, settings, control)
+        budget = max(1, int(policy.budget(fixed, target, settings, control) * (1 - headroom)))
         route = control.route or settings.router
         key = await self.routes.key(router.name, conv.text) if route == "auto" and router else None
         if key:
@@ -201,7 +219,7 @@ class Compressor:
 
     async def _fit(
         self,
-        pool: _Ticket,
+        pool: Ticket,
         conv: conversation.Conversation,
         stream_tokens: int | None,
         fixed: int,
@@ -232,7 +250,7 @@ class Compressor:
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
-                               elapsed, asked, target.limit - fixed)
+                               elapsed, asked, target.limit - fixed, spans=tuple(spans))
             budget = max(1, int(budget * target.limit / final * SHRINK_MARGIN))
         raise ContextLengthExceeded(
             f"The prompt is {stream_tokens + fixed} tokens and the model accepts {target.window} "
@@ -243,8 +261,9 @@ class Compressor:
         )
 
 
-class _Ticket:
-    """One request's place in the compression queue: taken at its first pool job, or refused."""
+class Ticket:
+    """One request's place in the compression queue: taken at its first pool job, or refused.
+    Whoever makes one releases it."""
 
     def __init__(self, compressor: Compressor) -> None:
         self._compressor = compressor

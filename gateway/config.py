@@ -45,6 +45,25 @@ class SelfRouteOverrides(_Strict):
     fallback_model: str | None = None
 
 
+class Prefix(_Strict):
+    """Conversations keep the bytes sent for their earlier turns (``gateway.prefix``)."""
+
+    enabled: bool = True
+    # Share of the budget a fresh compression of a conversation leaves free for its later turns.
+    headroom: float = Field(0.5, ge=0, lt=1)
+    # Share of the budget each later turn may add as evidence for its new question.
+    evidence: float = Field(0.1, gt=0, le=1)
+    # An Anthropic-style cache_control breakpoint on the last part of the frozen prefix.
+    breakpoint: bool = False
+
+
+class PrefixOverrides(_Strict):
+    enabled: bool | None = None
+    headroom: float | None = Field(None, ge=0, lt=1)
+    evidence: float | None = Field(None, gt=0, le=1)
+    breakpoint: bool | None = None
+
+
 class MixprSettings(_Strict):
     """How and when prompts are compressed (global defaults; each model may override any key)."""
 
@@ -52,6 +71,7 @@ class MixprSettings(_Strict):
     budget_tokens: Budget = "auto"
     max_budget_tokens: int = Field(32000, ge=16)  # caps "auto": most models read worse past 32-64k
     self_route: SelfRoute = SelfRoute()
+    prefix: Prefix = Prefix()
     router: Route = "auto"
     router_model: str | None = None
     # Kept free for the answer when the client sends no max_tokens and the window decides.
@@ -67,6 +87,7 @@ class MixprOverrides(_Strict):
     budget_tokens: Budget | None = None
     max_budget_tokens: int | None = Field(None, ge=16)
     self_route: SelfRouteOverrides | None = None
+    prefix: PrefixOverrides | None = None
     router: Route | None = None
     router_model: str | None = None
     completion_reserve_tokens: int | None = Field(None, ge=0)
@@ -112,8 +133,9 @@ class ModelEntry(_Strict):
     def settings(self, defaults: MixprSettings) -> MixprSettings:
         """The global mixpr settings with this model's overrides applied."""
         overrides = self.mixpr.model_dump(exclude_unset=True)
-        if "self_route" in overrides:  # merged key by key: a model may only switch it on
-            overrides["self_route"] = defaults.self_route.model_copy(update=overrides["self_route"] or {})
+        for key in ("self_route", "prefix"):  # merged key by key: a model may change one of them
+            if key in overrides:
+                overrides[key] = getattr(defaults, key).model_copy(update=overrides[key] or {})
         return defaults.model_copy(update=overrides)
 
 
@@ -133,6 +155,8 @@ class GeneralSettings(_Strict):
     max_queued_compressions: int | None = Field(None, ge=0)
     # Request bodies held in memory at once, across requests; past it new requests get a 503.
     max_inflight_body_bytes: int = Field(512 * 1024 * 1024, ge=1024)
+    # Conversation prefixes remembered per instance (by content hash), in bytes; 0 = recompute each time.
+    prefix_cache_bytes: int = Field(64 * 1024 * 1024, ge=0)
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> GeneralSettings:

@@ -53,6 +53,15 @@ class Metrics:
         self.self_route = Counter("mixpr_self_route_requests", "Self-routed requests by outcome "
                                   "(answered from the compressed prompt, or escalated)",
                                   ["model", "outcome"], registry=r)
+        self.prefix_turns = Counter("mixpr_prefix_turns", "Requests of multi-turn conversations by what "
+                                    "was sent: passthrough, compressed (first time), appended (the "
+                                    "previous turn's bytes, then the new messages), reset",
+                                    ["model", "outcome"], registry=r)
+        self.prefix_reused_tokens = Counter("mixpr_prefix_reused_tokens", "Prompt tokens sent exactly as in "
+                                            "the conversation's previous request", ["model"], registry=r)
+        self.upstream_cached_tokens = Counter("mixpr_upstream_cached_tokens", "Prompt tokens the upstream "
+                                              "reported read from (or written to) its prompt cache",
+                                              ["model", "kind"], registry=r)
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",
                                          ["model", "escalated_to"], registry=r)
@@ -67,6 +76,25 @@ class Metrics:
             self.tokens_saved.labels(model).inc(max(original - final, 0))
             self.compression_seconds.labels(model).observe((compress_ms or 0.0) / 1000)
 
+    def record_prefix(self, model: str, outcome: Any) -> None:
+        """One request of a multi-turn conversation (``gateway.prefix``)."""
+        if outcome.reset:
+            kind = "reset"
+        elif outcome.action == "passthrough":
+            kind = "passthrough"
+        else:
+            kind = "appended" if outcome.reused_tokens else "compressed"
+        self.prefix_turns.labels(model, kind).inc()
+        self.prefix_reused_tokens.labels(model).inc(outcome.reused_tokens)
+
+    def record_usage(self, model: str, usage: dict[str, Any] | None) -> None:
+        """The upstream's prompt-cache accounting, OpenAI's or Anthropic's names."""
+        read, written = cached_tokens(usage)
+        if read:
+            self.upstream_cached_tokens.labels(model, "read").inc(read)
+        if written:
+            self.upstream_cached_tokens.labels(model, "written").inc(written)
+
     def record_self_route(self, model: str, outcome: str, escalated_to: str | None = None,
                           tokens: int = 0) -> None:
         self.self_route.labels(model, outcome).inc()
@@ -75,6 +103,16 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def cached_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
+    """(read, written) prompt-cache tokens of a usage object: OpenAI's ``prompt_tokens_details``
+    or Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` (LiteLLM keeps both)."""
+    usage = usage or {}
+    details = usage.get("prompt_tokens_details") or {}
+    read = details.get("cached_tokens") or usage.get("cache_read_input_tokens") or 0
+    written = usage.get("cache_creation_input_tokens") or 0
+    return int(read), int(written)
 
 
 class MetricsMiddleware:
