@@ -67,12 +67,44 @@ def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
         raise BadRequest(f"'messages' could not be read as Anthropic messages ({type(exc).__name__}).",
                          param="messages") from None
     messages = [{k: v for k, v in m.items() if v is not None or k == "content"} for m in chat["messages"]]
+    _keep_cache_control(body, messages)
     params = {k: v for k, v in chat.items() if k not in ("model", "messages", "stream")}
     if body.get("stream"):  # message_delta reports the usage, so ask the upstream for it
         params["stream_options"] = {"include_usage": True}
     call = ChatCall(model=body["model"], messages=messages, params=params, control=control,
                     stream=bool(body.get("stream")))
     return call, names
+
+
+def _keep_cache_control(body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+    """Put the client's ``cache_control`` markers back on the text they marked: LiteLLM's adapter
+    drops them, and they are how a client asks Anthropic to cache a prompt's prefix. The chat
+    messages keep the blocks' order, so the marked texts are found in turn."""
+    marked = _marked_texts(body)
+    for message in messages:
+        content = message.get("content")
+        if not marked:
+            return
+        if isinstance(content, str) and content == marked[0][0]:
+            message["content"] = [{"type": "text", "text": content, "cache_control": marked.pop(0)[1]}]
+        elif isinstance(content, list):
+            message["content"] = [_marked(part, marked) for part in content]
+
+
+def _marked(part: Any, marked: list[tuple[str, Any]]) -> Any:
+    if marked and isinstance(part, dict) and part.get("type") == "text" and part.get("text") == marked[0][0]:
+        return {**part, "cache_control": marked.pop(0)[1]}
+    return part
+
+
+def _marked_texts(body: dict[str, Any]) -> list[tuple[str, Any]]:
+    """(text, cache_control) of every marked text block, system first, in order."""
+    system = body.get("system")
+    blocks = [*(system if isinstance(system, list) else [])]
+    for message in body["messages"]:
+        blocks += message["content"] if isinstance(message["content"], list) else []
+    return [(b["text"], b["cache_control"]) for b in blocks if isinstance(b, dict) and b.get("type") == "text"
+            and isinstance(b.get("text"), str) and b.get("cache_control")]
 
 
 def _validate(body: Any) -> None:
