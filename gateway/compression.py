@@ -127,6 +127,27 @@ class Compressor:
             return count_tokens(text, model)
         return await pool.run(count_tokens, text, model)
 
+    async def passes(self, pool: Ticket, messages: list[dict[str, Any]], *, tools: Any, target: Target,
+                     settings: MixprSettings, control: Control) -> bool:
+        """Whether ``prepare`` would forward ``messages`` untouched (below the trigger); counting only."""
+        return (await self._measure(pool, messages, tools, target, settings, control))[3]
+
+    async def _measure(
+        self, pool: Ticket, messages: list[dict[str, Any]], tools: Any, target: Target,
+        settings: MixprSettings, control: Control,
+    ) -> tuple[conversation.Conversation, int, int | None, bool]:
+        """The conversation, its fixed tokens, its stream's tokens (None: not counted) and whether it
+        stays below the trigger."""
+        conv = conversation.split(messages)
+        fixed = await self.fixed_tokens(pool, conv, target, tools)
+        threshold = policy.threshold(target, settings, control)
+        # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
+        # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
+        if threshold is not None and len(conv.text) > CHARS_PER_TOKEN_CEILING * threshold:
+            return conv, fixed, None, False
+        stream_tokens = await self.count(pool, conv.text, target.model)
+        return conv, fixed, stream_tokens, threshold is None or stream_tokens + fixed <= threshold
+
     async def _prepare(
         self,
         pool: Ticket,
@@ -138,17 +159,11 @@ class Compressor:
         router: Router | None,
         headroom: float,
     ) -> Outcome:
-        conv = conversation.split(messages)
-        fixed = await self.fixed_tokens(pool, conv, target, tools)
-        threshold = policy.threshold(target, settings, control)
-        stream_tokens: int | None = None
-        # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
-        # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
-        if threshold is None or len(conv.text) <= CHARS_PER_TOKEN_CEILING * threshold:
-            stream_tokens = await self.count(pool, conv.text, target.model)
-            if threshold is None or stream_tokens + fixed <= threshold:
-                total = stream_tokens + fixed
-                return Outcome(messages, "passthrough", total, total)
+        conv, fixed, stream_tokens, passes = await self._measure(pool, messages, tools, target, settings,
+                                                                 control)
+        if passes:
+            total = stream_tokens + fixed
+            return Outcome(messages, "passthrough", total, total)
         try:
             counts = (stream_tokens, fixed)
             return await self._compress(pool, conv, counts, target, settings, control, router, headroom)

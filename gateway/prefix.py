@@ -175,11 +175,36 @@ class Prefixes:
         known = next((i for i in range(len(ends) - 1, -1, -1) if self.cache.get(keys[i])), -1)
         turn = self.cache.get(keys[known]) if known >= 0 else None
         before = self.cache.get(keys[known - 1]) if known >= 1 else None
+        if turn is None or turn.anchor is None:  # the turns below the trigger need no walk, only counts
+            first = await self._first_over(ticket, request, ends, known + 1)
+            if first > known + 1:
+                before, turn = await self._below(ticket, request, ends[max(first - 2, 0) : first])
+                known = first - 1
+                self.cache.put(keys[known], turn)
         for i in range(known + 1, len(ends)):
             before, turn = turn, await self._turn(ticket, request, turn, ends[i], first=i == 0)
             self.cache.put(keys[i], turn)
         assert turn is not None
         return await self._outcome(ticket, request, before, turn, started)
+
+    async def _first_over(self, ticket: Ticket, request: Request, ends: list[int], lo: int) -> int:
+        """The first of ``ends[lo:]`` whose request exceeds the trigger (len(ends) if none): a binary
+        search, as a conversation only grows."""
+        hi = len(ends)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            part = request.messages[: ends[mid] + 1]
+            if await self.compressor.passes(ticket, part, tools=request.tools, target=request.target,
+                                            settings=request.settings, control=request.control):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    async def _below(self, ticket: Ticket, request: Request, ends: list[int]) -> tuple[Turn | None, Turn]:
+        """The last (one or two) turns below the trigger, sent as they are."""
+        turns = [await self._fresh(ticket, request, None, end, 0.0) for end in ends]
+        return (turns[0] if len(turns) == 2 else None), turns[-1]
 
     async def _turn(self, ticket: Ticket, request: Request, before: Turn | None, end: int, *,
                     first: bool) -> Turn:
