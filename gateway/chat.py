@@ -178,8 +178,22 @@ class ChatService:
         headers = report_headers(outcome)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
-            return ChatReply(outcome, headers, chunks=upstream.stream_chunks(stream))
-        return ChatReply(outcome, headers, response=await upstream.complete(kwargs))
+            chunks = self._metered(entry.model_name, upstream.stream_chunks(stream))
+            return ChatReply(outcome, headers, chunks=chunks)
+        response = await upstream.complete(kwargs)
+        self.metrics.record_usage(entry.model_name, response.get("usage"))
+        return ChatReply(outcome, headers, response=response)
+
+    async def _metered(self, model: str, chunks: AsyncIterator[dict[str, Any]]
+                       ) -> AsyncIterator[dict[str, Any]]:
+        """The chunks unchanged; the usage (in the last one, when asked for) counted in the metrics."""
+        try:
+            async for chunk in chunks:
+                if chunk.get("usage"):
+                    self.metrics.record_usage(model, chunk["usage"])
+                yield chunk
+        finally:  # the client left early: let the upstream stream go too
+            await chunks.aclose()
 
     def _router(self, model_name: str) -> Router | None:
         """How workers ask ``model_name`` the auto router's question (deterministic, 2 tokens)."""

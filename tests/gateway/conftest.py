@@ -85,6 +85,7 @@ def gateway_config(base: str) -> dict[str, Any]:
             model("trickle", "mode-slowstream", base),
             model("tool-user", "mode-tool", base),
             model("thinker", "mode-think", base),
+            model("cached", "mode-cached", base),
             model("stall", "mode-stall", base),
             model("unreachable", "x", f"http://127.0.0.1:{closed_port()}/v1"),
         ],

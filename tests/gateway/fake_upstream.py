@@ -21,6 +21,9 @@ tests never race on shared state:
   messages it received, else "unanswerable" when they carry the Self-Route instruction, else a
   wrong guess; streamed in pieces of 5 characters so a word spans chunks
 * ``mode-think``: thinks first (``reasoning_content``, as llama.cpp and vLLM send it), then answers
+* ``mode-cached``: a canned completion whose usage says 8 of its 10 prompt tokens came from the
+  provider's prompt cache (``prompt_tokens_details.cached_tokens``; in the last chunk when streamed
+  with ``stream_options.include_usage``)
 * ``mode-tool``: calls the request's first tool with ``TOOL_ARGUMENTS`` (streamed: name, then
   the arguments in two pieces), with ``finish_reason: tool_calls``
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
@@ -203,8 +206,10 @@ class FakeUpstream:
             text = _needle_reply(body)
         reasoning = REASONING_TEXT if mode == "mode-think" else None
         if body.get("stream"):
+            usage = _usage(mode) if (body.get("stream_options") or {}).get("include_usage") else None
             await _write_stream(writer, mode, text, drop_midway=mode == "mode-midstream",
-                                piece_chars=5 if mode.startswith("mode-needle") else 0, reasoning=reasoning)
+                                piece_chars=5 if mode.startswith("mode-needle") else 0, reasoning=reasoning,
+                                usage=usage)
             return mode != "mode-midstream"
         completion = _completion(mode, text)
         if reasoning:
@@ -259,11 +264,21 @@ def _needle_reply(body: dict[str, Any]) -> str:
     return "unanswerable" if SELF_ROUTE_MARKER in prompt else GUESS_TEXT
 
 
+CACHED_TOKENS = 8
+
+
+def _usage(model: str) -> dict[str, Any]:
+    usage: dict[str, Any] = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    if model == "mode-cached":
+        usage["prompt_tokens_details"] = {"cached_tokens": CACHED_TOKENS}
+    return usage
+
+
 def _completion(model: str, text: str) -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        "usage": _usage(model),
     }
 
 
@@ -342,7 +357,7 @@ def _write_json(
 
 async def _write_stream(
     writer: asyncio.StreamWriter, model: str, text: str, *, drop_midway: bool, piece_chars: int = 0,
-    reasoning: str | None = None,
+    reasoning: str | None = None, usage: dict[str, Any] | None = None,
 ) -> None:
     headers = {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}
     writer.write(_head(200, headers))
@@ -358,7 +373,12 @@ async def _write_stream(
         if piece_chars:
             parts = [text[i : i + piece_chars] for i in range(0, len(text), piece_chars)]
         pieces += [_chunk(model, {"content": part}, None) for part in parts]
-        pieces += [_chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+        pieces.append(_chunk(model, {}, "stop"))
+        if usage is not None:  # OpenAI's last chunk: no choices, the usage
+            pieces.append(b"data: " + json.dumps({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                                                  "created": int(time.time()), "model": model, "choices": [],
+                                                  "usage": usage}).encode() + b"\n\n")
+        pieces.append(b"data: [DONE]\n\n")
     for piece in pieces:
         writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
         await writer.drain()

@@ -19,9 +19,9 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import closed_port
+from conftest import MASTER_KEY, closed_port
 from corpus import SENTENCES
-from fake_upstream import REPLY_TEXT, FakeUpstream
+from fake_upstream import CACHED_TOKENS, REPLY_TEXT, FakeUpstream
 
 from gateway.prefix import EVIDENCE_CLOSE, EVIDENCE_OPEN
 from mixpr.tokens import count_tokens
@@ -284,3 +284,34 @@ def test_legacy_completion_is_one_turn_as_today(gateways: list[str], upstream: F
     assert (raw.headers["x-mixpr-reset"], raw.headers["x-mixpr-prefix-reused-tokens"]) == ("false", "0")
     [seen] = [r for r in upstream.received() if r.path.endswith("/completions")]
     assert FACTS[0][0] in seen.json["prompt"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_cached_tokens_reach_the_client_and_the_metrics(
+    client: openai.OpenAI, http: httpx.Client, stream: bool
+) -> None:
+    """The upstream's prompt-cache usage goes back to the client as sent, and into /metrics."""
+    def cached_total() -> float:
+        for line in http.get("/metrics").text.splitlines():
+            if line.startswith('mixpr_upstream_cached_tokens_total{kind="read",model="cached"}'):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = cached_total()
+    hello = [{"role": "user", "content": "hello"}]
+    if stream:
+        chunks = list(client.chat.completions.create(model="cached", messages=hello, stream=True,
+                                                     stream_options={"include_usage": True}))
+        usage = chunks[-1].usage
+    else:
+        usage = client.chat.completions.create(model="cached", messages=hello).usage
+    assert usage.prompt_tokens_details.cached_tokens == CACHED_TOKENS
+    assert cached_total() == before + CACHED_TOKENS
+
+
+def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
+    with anthropic.Anthropic(base_url=gateway_url, api_key=MASTER_KEY, max_retries=0, timeout=30) as claude:
+        message = claude.messages.create(model="cached", max_tokens=16,
+                                         messages=[{"role": "user", "content": "hi"}])
+    assert message.usage.cache_read_input_tokens == CACHED_TOKENS
+    assert message.usage.input_tokens == 10 - CACHED_TOKENS
