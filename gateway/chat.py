@@ -109,13 +109,14 @@ class ChatService:
                                f"retry in {retry} s.", retry_after=retry)
 
     async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
-                       added: int = 0, *, prefix: bool = False) -> Outcome:
+                       added: int = 0, *, prefix: bool = False, more_evidence: bool = False) -> Outcome:
         """``prefix``: keep the bytes sent for the conversation's earlier turns (escalations do not:
         they ask about the whole conversation afresh)."""
         target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(call.params, settings),
                         _reserve_param(call.params), added)
+        more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
-                          self.routers.get(settings.router_model or entry.model_name))
+                          self.routers.get(settings.router_model or entry.model_name), more)
         if prefix:
             return await self.prefixes.prepare(request, entry.model_name)
         return await self.prefixes.today(request)
@@ -127,17 +128,31 @@ class ChatService:
         Streaming holds back only the first chunks, until they can no longer spell "unanswerable",
         and before the response starts: so the self-route headers, sent first, are always true.
         """
-        asked = replace(outcome, messages=self_route.with_instruction(outcome.messages))
-        reply = await self._forward(entry, call, asked)
-        if reply.chunks is not None:
-            unanswerable, chunks = await self_route.hold_back(reply.chunks)
-            reply = replace(reply, chunks=chunks)
-        else:
-            unanswerable = self_route.is_unanswerable(_reply_text(reply.response))
+        name = entry.model_name
+        reply, unanswerable = await self._ask(entry, call, outcome)
+        if unanswerable and outcome.reused_tokens and not outcome.reset:
+            richer = await self._prepare(entry, call, self.settings[name], call.control,
+                                         self_route.INSTRUCTION_TOKENS, prefix=True, more_evidence=True)
+            if not richer.reset and richer.messages != outcome.messages:
+                reply, unanswerable = await self._ask(entry, call, richer)
+                if not unanswerable:
+                    self.metrics.record_self_route(name, self_route.EVIDENCE)
+                    headers = {**reply.headers, "x-mixpr-self-route": self_route.EVIDENCE}
+                    return replace(reply, headers=headers)
         if unanswerable:
             return await self._escalate(entry, call, plan)
-        self.metrics.record_self_route(entry.model_name, self_route.ANSWERED)
+        self.metrics.record_self_route(name, self_route.ANSWERED)
         return replace(reply, headers={**reply.headers, "x-mixpr-self-route": self_route.ANSWERED})
+
+    async def _ask(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> tuple[ChatReply, bool]:
+        """The reply to ``outcome`` with the Self-Route instruction, and whether it was "unanswerable"
+        (then any stream is closed and nothing of it sent)."""
+        asked = replace(outcome, messages=self_route.with_instruction(outcome.messages))
+        reply = await self._forward(entry, call, asked)
+        if reply.chunks is None:
+            return reply, self_route.is_unanswerable(_reply_text(reply.response))
+        unanswerable, chunks = await self_route.hold_back(reply.chunks)
+        return replace(reply, chunks=chunks), unanswerable
 
     async def _escalate(self, entry: ModelEntry, call: ChatCall, plan: self_route.Escalation) -> ChatReply:
         target = self.entry(plan.model)

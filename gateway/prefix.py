@@ -126,6 +126,7 @@ class Request:
     settings: MixprSettings
     control: Control
     router: Router | None
+    more_evidence: float = 1.0  # Self-Route's retry: this many times the evidence, on the last turn only
 
     @property
     def salt(self) -> str:
@@ -172,7 +173,8 @@ class Prefixes:
         started = time.perf_counter()
         keys = prefix_keys(request.messages, ends, request.salt)
         # Resume after the latest turn this instance has seen; a cold instance walks from the start.
-        known = next((i for i in range(len(ends) - 1, -1, -1) if self.cache.get(keys[i])), -1)
+        last = len(ends) - 1 if request.more_evidence == 1 else len(ends) - 2  # a retry is never cached
+        known = next((i for i in range(last, -1, -1) if self.cache.get(keys[i])), -1)
         turn = self.cache.get(keys[known]) if known >= 0 else None
         before = self.cache.get(keys[known - 1]) if known >= 1 else None
         if turn is None or turn.anchor is None:  # the turns below the trigger need no walk, only counts
@@ -183,7 +185,8 @@ class Prefixes:
                 self.cache.put(keys[known], turn)
         for i in range(known + 1, len(ends)):
             before, turn = turn, await self._turn(ticket, request, turn, ends[i], first=i == 0)
-            self.cache.put(keys[i], turn)
+            if i <= last:
+                self.cache.put(keys[i], turn)
         assert turn is not None
         return await self._outcome(ticket, request, before, turn, started)
 
@@ -240,7 +243,8 @@ class Prefixes:
         spans: tuple[Span, ...] = ()
         question = _question(conv, before.end)
         if question:
-            share = int(budget * request.settings.prefix.evidence)
+            more = request.more_evidence if end == len(request.messages) - 1 else 1.0
+            share = int(budget * min(1.0, request.settings.prefix.evidence * more))
             spans = await self._evidence(ticket, request, before, question, share)
         anchor_text = conversation.split(request.messages[: before.anchor + 1]).text
         sent = [*before.sent, *with_evidence(new, evidence_block(anchor_text, spans))]

@@ -1,8 +1,11 @@
 """Self-Route (Li et al. 2024, arXiv 2407.16833): let the model say the short prompt cannot answer.
 
 When a prompt was compressed, the copy sent upstream asks the model to write "unanswerable" if the
-text does not answer the question. Such a reply is escalated once: to a fallback model with a longer
-window (the original messages, when they fit), or to the same model with four times the budget. This
+text does not answer the question. In a conversation whose turn extends the previous one's bytes
+(``gateway.prefix``), the same prefix is asked again first, with four times the evidence for the new
+question (the provider's cache still holds the prefix). Then such a reply is escalated once: to a
+fallback model with a longer window (the original messages, when they fit), or to the same model
+with four times the budget. This
 module holds the pieces; ``gateway.chat`` wires them into the one call every API shares.
 """
 
@@ -21,7 +24,8 @@ INSTRUCTION = 'If the question cannot be answered based on the provided text, wr
 INSTRUCTION_TOKENS = 32  # kept free in the window for the instruction (it is ~17 tokens)
 WORD = "unanswerable"
 RETRY_BUDGET_FACTOR = 4
-ANSWERED, ESCALATED = "answered", "escalated"
+RETRY_EVIDENCE_FACTOR = 4  # a conversation's turn first asks again with this many times the evidence
+ANSWERED, EVIDENCE, ESCALATED = "answered", "evidence", "escalated"
 
 _LEADING = re.compile(r"^[\W_]+")  # whitespace, quotes, markdown emphasis, punctuation
 

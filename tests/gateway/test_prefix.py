@@ -61,6 +61,10 @@ def _config(upstream_url: str) -> dict:
             {"model_name": "conv-today", "litellm_params": {**params, "model": "openai/conv-today"},
              "model_info": {"max_input_tokens": 100_000},
              "mixpr": {"compress_above_tokens": 2000, "budget_tokens": BUDGET, "prefix": {"enabled": False}}},
+            {"model_name": "conv-routed", "litellm_params": {**params, "model": "openai/mode-needle-conv"},
+             "model_info": {"max_input_tokens": 100_000},
+             "mixpr": {"compress_above_tokens": 2000, "budget_tokens": BUDGET, "prefix": {"evidence": 0.004},
+                       "self_route": {"enabled": True}}},
         ],
         "mixpr_settings": {"router": "heuristic"},
         "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread"},
@@ -83,7 +87,7 @@ class GatewayProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def wait(self) -> GatewayProcess:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         while True:
             try:
                 if httpx.get(self.url + "/health/readiness").status_code == 200:
@@ -315,3 +319,23 @@ def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
                                          messages=[{"role": "user", "content": "hi"}])
     assert message.usage.cache_read_input_tokens == CACHED_TOKENS
     assert message.usage.input_tokens == 10 - CACHED_TOKENS
+
+
+def test_self_route_first_asks_the_same_prefix_with_more_evidence(
+    gateways: list[str], upstream: FakeUpstream
+) -> None:
+    """An "unanswerable" turn is asked again with the same prefix and four times the evidence."""
+    url = gateways[0]
+    turns = _turns(3, _document(seed=37))
+    fact = FACTS[2][0]
+    with _client(url) as client:
+        for messages in turns[:2]:
+            client.chat.completions.create(model="conv-routed", messages=messages, extra_body={"needle": "-"})
+        upstream.clear()
+        raw = client.chat.completions.with_raw_response.create(model="conv-routed", messages=turns[2],
+                                                               extra_body={"needle": fact})
+    assert raw.parse().choices[0].message.content == fact
+    assert raw.headers["x-mixpr-self-route"] == "evidence"
+    first, second = [r.json["messages"] for r in upstream.received() if r.path.endswith("/chat/completions")]
+    assert fact not in json.dumps(first) and fact in json.dumps(second)
+    assert first[:-1] == second[:-1]  # the same prefix; only the new question's evidence grew
