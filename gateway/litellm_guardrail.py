@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, Literal
 
 from litellm.integrations.custom_guardrail import CustomGuardrail
@@ -66,6 +66,8 @@ class MixPRGuardrail(CustomGuardrail):
         self._starting: asyncio.Lock | None = None
         self._reports: OrderedDict[str, dict[str, str]] = OrderedDict()
         self.metrics = Metrics()
+        self._warming = _start_soon(self._pool())
+
 
     async def apply_guardrail(
         self,
@@ -143,6 +145,24 @@ class MixPRGuardrail(CustomGuardrail):
                 await compressor.start(with_router=self.mixpr_settings.router == "auto")
                 self._compressor = compressor
         return self._compressor
+
+
+def _start_soon(pool: Coroutine[Any, Any, Compressor]) -> asyncio.Task[Compressor] | None:
+    """Start the pool while the proxy starts (LiteLLM builds guardrails on its running loop), so the
+    first long prompt does not wait seconds for workers; without a loop it starts on first use."""
+    try:
+        task = asyncio.get_running_loop().create_task(pool)
+    except RuntimeError:
+        pool.close()
+        return None
+    task.add_done_callback(_log_failure)
+    return task
+
+
+def _log_failure(task: asyncio.Task[Compressor]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("mixpr guardrail: the worker pool did not start (%s); retried on the first request",
+                    type(task.exception()).__name__)
 
 
 def _validated(mixpr: dict[str, Any], pool: dict[str, Any]) -> tuple[MixprSettings, GeneralSettings]:

@@ -39,9 +39,9 @@ GUARDRAILS = ("mixpr", "mixpr-api")  # the class in the proxy; the generic API c
 
 def _model(name: str, upstream: str, base: str) -> dict[str, Any]:
     # use_chat_completions_api: LiteLLM bridges /v1/responses to the upstream's chat completions.
-    return {"model_name": name, "litellm_params": {"model": f"openai/{upstream}", "api_base": base,
-                                                   "api_key": "sk-upstream", "use_chat_completions_api": True},
-            "model_info": {"max_input_tokens": WINDOW}}
+    params = {"model": f"openai/{upstream}", "api_base": base, "api_key": "sk-upstream",
+              "use_chat_completions_api": True}
+    return {"model_name": name, "litellm_params": params, "model_info": {"max_input_tokens": WINDOW}}
 
 
 def proxy_config(upstream_base: str, gateway_url: str) -> dict[str, Any]:
@@ -83,8 +83,8 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
-def _wait_alive(url: str, process: subprocess.Popen[bytes], log: Path) -> float:
-    started = time.monotonic()
+def _wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: float) -> float:
+    """Seconds from ``started`` until ``url`` answers its liveliness check."""
     while time.monotonic() - started < STARTUP_TIMEOUT_S:
         if process.poll() is not None:
             raise RuntimeError(f"{url} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
@@ -114,14 +114,16 @@ def proxy_url(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) 
     (folder / "gateway.yaml").write_text(yaml.safe_dump(gateway_config(upstream.base_url)))
     (folder / "proxy.yaml").write_text(yaml.safe_dump(proxy_config(upstream.base_url, gateway_url)))
     # Both start at once: the proxy only calls the gateway when a request arrives.
+    started = time.monotonic()
     gateway = _start([sys.executable, "-m", "gateway", "--config", str(folder / "gateway.yaml"),
                       "--host", "127.0.0.1", "--port", str(gateway_port)], folder / "gateway.log")
     proxy = _start([str(Path(sys.executable).parent / "litellm"), "--config", str(folder / "proxy.yaml"),
                     "--host", "127.0.0.1", "--port", str(proxy_port)], folder / "proxy.log")
     try:
-        _wait_alive(gateway_url, gateway, folder / "gateway.log")
-        seconds = _wait_alive(proxy_url, proxy, folder / "proxy.log")
-        print(f"\nLiteLLM proxy answered after {seconds:.1f} s")  # shown with -s: the suite's slowest step
+        ready = _wait_alive(gateway_url, gateway, folder / "gateway.log", started)
+        seconds = _wait_alive(proxy_url, proxy, folder / "proxy.log", started)
+        # Shown with -s: the slowest step of the suite.
+        print(f"\ngateway answered after {ready:.1f} s, LiteLLM proxy after {seconds:.1f} s")
         yield proxy_url
     finally:
         _stop(proxy)
