@@ -16,7 +16,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from gateway.admission import BodyBytesMiddleware, Gate
-from gateway.api import anthropic_messages, openai_chat, openai_responses, passthrough
+from gateway.api import anthropic_messages, guardrail_api, openai_chat, openai_responses, passthrough
 from gateway.api.common import authorize, state
 from gateway.chat import ChatService
 from gateway.compression import Compressor
@@ -130,6 +130,7 @@ def create_app(config: GatewayConfig) -> FastAPI:
     app.include_router(passthrough.router)
     app.include_router(openai_responses.router)
     app.include_router(anthropic_messages.router)
+    app.include_router(guardrail_api.router)
     app.include_router(router)
     _register_error_handlers(app)
     app.add_middleware(BodyBytesMiddleware, gate=state.body_bytes,

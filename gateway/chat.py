@@ -69,18 +69,6 @@ class ChatService:
             raise ModelNotFound(f"The model `{model}` does not exist on this gateway.", param="model")
         return entry
 
-    async def prepare(self, call: ChatCall) -> Outcome:
-        """What goes upstream for ``call``, and the report: trigger, budget, router, the
-        conversation's prefix (``gateway.prefix``) and failing open, nothing forwarded yet."""
-        started = time.perf_counter()
-        entry = self.entry(call.model)
-        self.check_available(entry.model_name)
-        settings = self.settings[entry.model_name]
-        added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
-        outcome = await self._prepare(entry, call, settings, call.control, added, prefix=True)
-        self._record(entry.model_name, outcome, started)
-        return outcome
-
     async def run(self, call: ChatCall) -> ChatReply:
         outcome = await self.prepare(call)
         entry = self.entry(call.model)
@@ -97,6 +85,20 @@ class ChatService:
             if exc.code == "upstream_connection_error" and entry.model_name in self.managed:
                 self.check_available(entry.model_name, lost=True)
             raise
+
+    async def prepare(self, call: ChatCall) -> Outcome:
+        """What is sent upstream for ``call``: the trigger, budget, query span, router, the
+        conversation's prefix (``gateway.prefix``) and failing open decided here, once, for every API
+        and for the LiteLLM guardrail (which sends nothing)."""
+        started = time.perf_counter()
+        entry = self.entry(call.model)
+        self.check_available(entry.model_name)
+        settings = self.settings[entry.model_name]
+        # Room for the Self-Route instruction that ``run`` may append after compression.
+        added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
+        outcome = await self._prepare(entry, call, settings, call.control, added, prefix=True)
+        self._record(entry.model_name, outcome, started)
+        return outcome
 
     def check_available(self, model_name: str, *, lost: bool = False) -> None:
         """Raise 503 + Retry-After while the model's managed server is not answering."""
@@ -172,13 +174,8 @@ class ChatService:
         self, model: str, prompt: str, params: dict[str, Any], control: Control
     ) -> tuple[ModelEntry, str, Outcome]:
         """A legacy completion's prompt, compressed as one user message would be (its tail is the query)."""
-        started = time.perf_counter()
-        entry = self.entry(model)
-        self.check_available(entry.model_name)
-        call = ChatCall(model, [{"role": "user", "content": prompt}], params, control)
-        outcome = await self._prepare(entry, call, self.settings[entry.model_name], control)
-        self._record(entry.model_name, outcome, started)
-        return entry, outcome.messages[0]["content"], outcome
+        outcome = await self.prepare(ChatCall(model, [{"role": "user", "content": prompt}], params, control))
+        return self.entry(model), outcome.messages[0]["content"], outcome
 
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,

@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ctypes
 import functools
 import logging
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor
 from dataclasses import dataclass, field
@@ -35,6 +37,7 @@ from typing import Any
 log = logging.getLogger("gateway.workers")
 
 WATCH_INTERVAL_S = 0.25  # how soon a worker that died while idle is noticed and replaced
+PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent thread exits
 RESPAWN_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # between failed attempts to start a replacement
 
 
@@ -242,9 +245,17 @@ def _forget(worker: _Worker) -> Callable[[asyncio.Task[Any]], None]:
 
 
 def _started(warm_up: Callable[[], Any]) -> int:
-    """Runs first in every new worker: warm it up, say who it is."""
+    """Runs first in every new worker: tie it to its parent, warm it up, say who it is."""
+    _die_with_parent()
     warm_up()
     return os.getpid()
+
+
+def _die_with_parent() -> None:
+    """A host that exits without closing the pool (a LiteLLM proxy has no shutdown hook for its
+    guardrails; a gateway killed with SIGKILL) must not leave idle workers behind, orphaned."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _noop() -> None:
