@@ -15,6 +15,7 @@ fails (a worker crashed twice, a job timed out), the original prompt goes out if
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import time
@@ -117,7 +118,9 @@ class Compressor:
     ) -> Outcome:
         conv = conversation.split(messages)
         fixed = await self._count(pool, conv.verbatim_text, target.model)  # a huge system prompt happens
-        fixed += conversation.overhead_tokens(conv, target.model, tools)
+        fixed += conversation.overhead_tokens(conv, target.model)
+        if tools:  # tool schemas can be megabytes too: counted like any other text
+            fixed += await self._count(pool, json.dumps(tools), target.model)
         threshold = policy.threshold(target, settings, control)
         stream_tokens: int | None = None
         # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
@@ -228,7 +231,7 @@ class Compressor:
             stream_tokens = stats["original_tokens"]  # counted by MixPR when we skipped it
             messages = conversation.rebuild(conv, spans)
             # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
-            final = count_tokens(conversation.split(messages).text, target.model) + fixed
+            final = await self._count(pool, conversation.split(messages).text, target.model) + fixed
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),

@@ -133,6 +133,12 @@ class GeneralSettings(_Strict):
     max_queued_compressions: int | None = Field(None, ge=0)
     # Request bodies held in memory at once, across requests; past it new requests get a 503.
     max_inflight_body_bytes: int = Field(512 * 1024 * 1024, ge=1024)
+    # A body must keep arriving: no byte for this long, or slower than min_body_bytes_per_s on
+    # average after it, and the request gets a 408 and its connection is closed.
+    body_timeout_s: float = Field(30.0, gt=0)
+    min_body_bytes_per_s: int = Field(16 * 1024, ge=1)
+    # JSON objects and arrays in one body (messages, content parts, tools ...): bounds per-request work.
+    max_body_objects: int = Field(20_000, ge=100)
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> GeneralSettings:

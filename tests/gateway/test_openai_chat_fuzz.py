@@ -26,6 +26,7 @@ PARAMS = ["temperature", "top_p", "n", "stop", "max_tokens", "max_completion_tok
 CONTENT_TYPES = ["application/json", "application/json; charset=utf-8", "text/plain",
                  "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None]
 
+JSON = {"content-type": "application/json"}
 clean_text = st.text(max_size=40)
 odd_text = st.sampled_from(["\ud800", "a\udfffb", "\x00", "é", "😀", "", "\u2028"])
 # One string in 20 is odd: a lone surrogate anywhere makes the whole body a 400, so keep them rare.
@@ -148,7 +149,7 @@ def test_any_body_gets_a_200_or_an_openai_4xx(raw_client: httpx.Client, body: by
 def test_what_python_would_parse_but_json_forbids_is_400(raw_client: httpx.Client, value: bytes,
                                                          message: str) -> None:
     head = b'{"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "user": '
-    response = raw_client.post("/v1/chat/completions", content=head + value + b"}")
+    response = raw_client.post("/v1/chat/completions", content=head + value + b"}", headers=JSON)
     assert (response.status_code, response.json()["error"]["message"]) == (400, message)
 
 
