@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +17,7 @@ from mixpr import ROUTES
 
 CONTROL_KEYS = ("enabled", "route", "budget_tokens")
 MIN_BUDGET = 16
+_DIGITS = re.compile("[0-9]{1,18}")
 # Proxies must neither cache nor buffer a stream of server-sent events.
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -70,7 +72,8 @@ def _from_header(key: str, value: str) -> Any:
     if key == "enabled":
         return {"true": True, "1": True, "false": False, "0": False}.get(text, value)
     if key == "budget_tokens":
-        return int(text) if text.isdigit() else text if text == AUTO else value
+        # ASCII digits only ("²".isdigit() is true, int() refuses it), and few enough for int().
+        return int(text) if _DIGITS.fullmatch(text) else text if text == AUTO else value
     return text
 
 
