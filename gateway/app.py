@@ -66,6 +66,7 @@ class GatewayState:
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,
                                 max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
+        self.metrics.workers_live.set_function(workers.live)  # read at each scrape
         defaults = self.config.mixpr_settings
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
         await compressor.start(with_router=auto)

@@ -43,6 +43,7 @@ MAX_ATTEMPTS = 3  # compress, recount, shrink the budget and retry when the resu
 SHRINK_MARGIN = 0.9
 UNAVAILABLE_RETRY_AFTER_S = 5  # a replacement worker takes a few seconds to start
 TEST_HOLD_ENV = "MIXPR_TEST_HOLD_JOBS_WHILE"  # test-only: compress jobs wait while this file exists
+START_SUFFIX = ".start"  # test-only: new workers' warm-up waits while the file + this suffix exists
 FAILURES = {"crash": "a compression worker crashed", "timeout": "compressing took longer than "
             "compression_timeout_s", "unavailable": "no compression worker could be started"}
 
@@ -281,6 +282,7 @@ def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUn
 
 def _warm_up(with_router: bool) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
+    _hold_for_tests(START_SUFFIX)
     count_tokens("warm up", "gpt-4o-mini")
     count_tokens("warm up", None)
     if with_router:
@@ -300,11 +302,12 @@ def compress_job(
     return result.spans, result.stats
 
 
-def _hold_for_tests() -> None:
+def _hold_for_tests(suffix: str = "") -> None:
     """Test-only (the variable is never set in production): wait while the named file exists, so a
-    test can hold a job on its worker and kill it, time it out or fill the queue behind it."""
+    test can hold a job on its worker and kill it, time it out or fill the queue behind it; with
+    ``START_SUFFIX`` appended, hold a new worker's start (a replacement that takes its time)."""
     path = os.environ.get(TEST_HOLD_ENV)
-    while path and os.path.exists(path):
+    while path and os.path.exists(path + suffix):
         time.sleep(0.02)
 
 
