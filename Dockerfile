@@ -1,7 +1,9 @@
 # MixPR Gateway with its embedded model (SmolLM2-135M-Instruct through llama-cpp-python).
 #   docker build -t mixpr-gateway .
-#   docker run --rm -p 4000:4000 mixpr-gateway
-#   docker run --rm -p 4000:4000 -v "$PWD/config.yaml:/app/config.yaml:ro" -e OPENAI_API_KEY mixpr-gateway
+#   docker run --rm -p 4000:4000 -e MIXPR_MASTER_KEY=sk-choose-one mixpr-gateway
+#   docker run --rm -p 4000:4000 -v "$PWD/config.yaml:/app/config.yaml:ro" -e OPENAI_API_KEY -e MIXPR_MASTER_KEY mixpr-gateway
+# It listens on 0.0.0.0, so it refuses to start without a non-empty MIXPR_MASTER_KEY unless the
+# config sets general_settings.allow_unauthenticated: true (something in front authenticates).
 
 # ---- builder: compiles llama.cpp once and installs everything into /opt/venv -----------------
 FROM python:3.11-slim AS builder

@@ -9,7 +9,8 @@ first chunk. Every ``--kill-every`` seconds one compression worker gets SIGKILL 
 Reported: requests sent; answered by status (and error code); lost (a connection error, a timeout,
 or any status but 200 and a 503 with Retry-After); p50/p99 latency of short requests; the
 gateway's RSS sampled each second: peak, after warm-up and at the end. Done means 0 lost and the
-RSS flat after warm-up. Last, a probe times the 503 for a body when the body-bytes limit is full.
+RSS flat after warm-up. Last, a probe sends short requests while eight uploads that declared
+64 MiB stall (they must not be refused), and reports how the stalled uploads end (408).
 
     .venv/bin/python -m bench.soak --minutes 10
     .venv/bin/python -m bench.soak --minutes 2 --json out/soak.json
@@ -162,35 +163,38 @@ def _error_code(body: bytes) -> str | None:
         return "not-openai-json"
 
 
-async def shed_probe(port: int, hold_bytes: int, body_limit: int, probes: int = 50) -> dict[str, Any]:
-    """Time to a 503 when the body-bytes gate is full: fill it with requests whose bodies never
-    come, then send ``probes`` requests' headers (their bodies are never sent either)."""
+async def stall_probe(port: int, stalled: int, body_limit: int, probes: int = 50) -> dict[str, Any]:
+    """Uploads that stall must cost only their own connections: ``stalled`` clients declare
+    ``body_limit``-byte bodies and send nothing, then ``probes`` short requests are timed; last,
+    how the stalled ones end (408 after general_settings.body_timeout_s)."""
 
     async def headers_only(length: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     f"Content-Length: {length}\r\n\r\n".encode())
+        writer.write(f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n".encode())
         await writer.drain()
         return reader, writer
 
-    holders = [await headers_only(body_limit) for _ in range(hold_bytes // body_limit)]
-    await asyncio.sleep(0.5)  # let the gateway take their reservations
-    timings, statuses = [], collections.Counter()
-    for _ in range(probes):
-        started = time.perf_counter()
-        reader, writer = await headers_only(body_limit)
-        status_line = await reader.readline()
-        timings.append((time.perf_counter() - started) * 1000)
-        statuses[status_line.split()[1].decode()] += 1
-        writer.close()
-    for _, writer in holders:  # clients that leave mid-body must give their bytes back
-        writer.close()
+    began = time.perf_counter()
+    holders = [await headers_only(body_limit) for _ in range(stalled)]
     await asyncio.sleep(0.5)
+    timings, statuses = [], collections.Counter()
+    payload = json.dumps({"model": "echo", "messages": SHORT}).encode()
     async with aiohttp.ClientSession() as session:
-        payload = json.dumps({"model": "echo", "messages": SHORT}).encode()
-        async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=payload) as after:
-            status_after = after.status
-    return {"statuses": dict(statuses), "latency_ms": summarize(timings), "short_after": status_after}
+        for _ in range(probes):
+            started = time.perf_counter()
+            async with session.post(f"http://127.0.0.1:{port}/v1/chat/completions", data=payload,
+                                    headers={"content-type": "application/json"}) as answer:
+                await answer.read()
+                statuses[str(answer.status)] += 1
+            timings.append((time.perf_counter() - started) * 1000)
+    ends = collections.Counter()
+    for reader, writer in holders:
+        line = await reader.readline()
+        ends[line.split()[1].decode() if line else "closed"] += 1
+        writer.close()
+    return {"short_statuses": dict(statuses), "short_latency_ms": summarize(timings),
+            "stalled_ended_with": dict(ends), "stalled_ended_after_s": time.perf_counter() - began}
 
 
 def kill_one_worker(gateway: psutil.Process, rng: random.Random) -> list[int]:
@@ -254,7 +258,7 @@ def main() -> None:
             tally, killed = asyncio.run(traffic(url, args.minutes, args.rate, args.kill_every,
                                                 psutil.Process(gateway_proc.pid), rss, args.seed))
             restarts = _metric(port, "mixpr_compression_worker_restarts_total")
-            shed = asyncio.run(shed_probe(port, INFLIGHT_BODY_BYTES, BODY_BYTES))
+            stall = asyncio.run(stall_probe(port, INFLIGHT_BODY_BYTES // BODY_BYTES, BODY_BYTES))
         finally:
             if gateway_proc is not None:
                 gateway_proc.terminate()
@@ -271,7 +275,7 @@ def main() -> None:
         "long_latency_ms": summarize(tally.long_ms) if tally.long_ms else {},
         "shed_latency_ms": summarize(tally.shed_ms) if tally.shed_ms else {},
         "gateway_rss": rss_report(rss, warm_up, args.minutes * 60) | {"warm_up_s": warm_up},
-        "body_bytes_shed_probe": shed,
+        "stalled_uploads_probe": stall,
         "gateway_error_log": dict(errors),
     }
     print(json.dumps(figures, indent=2))

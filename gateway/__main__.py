@@ -8,6 +8,7 @@ import os
 import sys
 
 from gateway.config import ConfigError, load_config
+from gateway.exposure import check_bind
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT)
     try:
         config = load_config(args.config)
+        check_bind(config, args.host)
     except ConfigError as exc:
         print(f"mixpr-gateway: {exc}", file=sys.stderr)
         return 2
@@ -49,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     options = {"host": args.host, "port": args.port, "log_level": args.log_level, "access_log": False,
                "timeout_keep_alive": args.timeout_keep_alive}
     if args.workers == 1:
-        uvicorn.run(create_app(config), **options)
+        uvicorn.run(create_app(config, host=args.host), **options)
         return 0
     # Several processes use every core for the HTTP and LiteLLM work; they share no state, so
     # this is the same as several instances behind a load balancer, on one port.
     os.environ["MIXPR_CONFIG"] = os.path.abspath(args.config)
+    os.environ["MIXPR_HOST"] = args.host
     uvicorn.run("gateway.app:app_from_env", factory=True, workers=args.workers, **options)
     return 0
 

@@ -9,12 +9,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse
 
+from gateway import exposure
 from gateway.admission import BodyBytesMiddleware, Gate
 from gateway.api import anthropic_messages, guardrail_api, openai_chat, openai_responses, passthrough
 from gateway.api.common import authorize, state
@@ -34,8 +35,9 @@ CLIENT_CLOSED = 499
 class GatewayState:
     """Everything a request needs, built once per app; services start in the lifespan."""
 
-    def __init__(self, config: GatewayConfig) -> None:
+    def __init__(self, config: GatewayConfig, host: str) -> None:
         self.config = config
+        self.loopback_only = exposure.is_loopback(host)  # then Host must name loopback too
         self.metrics = Metrics()
         self.chat: ChatService | None = None
         self.managed: dict[str, Any] = {}  # model_name -> its ManagedServer
@@ -64,6 +66,7 @@ class GatewayState:
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,
                                 max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
+        self.metrics.workers_live.set_function(workers.live)  # read at each scrape
         defaults = self.config.mixpr_settings
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
         await compressor.start(with_router=auto)
@@ -121,10 +124,13 @@ class GatewayState:
                 log.exception("stopping a managed server failed")
 
 
-def create_app(config: GatewayConfig) -> FastAPI:
-    """The gateway for ``config``; start it with any ASGI server (``mixpr-gateway`` uses uvicorn)."""
-    state = GatewayState(config)
-    app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None)
+def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
+    """The gateway for ``config``, to be served on ``host``; start it with any ASGI server
+    (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key."""
+    exposure.check_bind(config, host)
+    state = GatewayState(config, host)
+    app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None,
+                  dependencies=[Depends(exposure.check_host)])
     app.state.gateway = state
     app.include_router(openai_chat.router)
     app.include_router(passthrough.router)
@@ -140,12 +146,14 @@ def create_app(config: GatewayConfig) -> FastAPI:
 
 
 def app_from_env() -> FastAPI:
-    """The app for the config file named by ``MIXPR_CONFIG`` (how uvicorn workers build it)."""
+    """The app for the config file named by ``MIXPR_CONFIG``, served on ``MIXPR_HOST`` (how uvicorn
+    workers build it)."""
     import os
 
     from gateway.config import load_config
 
-    return create_app(load_config(os.environ.get("MIXPR_CONFIG", "config.yaml")))
+    return create_app(load_config(os.environ.get("MIXPR_CONFIG", "config.yaml")),
+                      host=os.environ.get("MIXPR_HOST", "127.0.0.1"))
 
 
 @router.get("/v1/models")

@@ -15,6 +15,7 @@ fails (a worker crashed twice, a job timed out), the original prompt goes out if
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 import time
@@ -42,6 +43,7 @@ MAX_ATTEMPTS = 3  # compress, recount, shrink the budget and retry when the resu
 SHRINK_MARGIN = 0.9
 UNAVAILABLE_RETRY_AFTER_S = 5  # a replacement worker takes a few seconds to start
 TEST_HOLD_ENV = "MIXPR_TEST_HOLD_JOBS_WHILE"  # test-only: compress jobs wait while this file exists
+START_SUFFIX = ".start"  # test-only: new workers' warm-up waits while the file + this suffix exists
 FAILURES = {"crash": "a compression worker crashed", "timeout": "compressing took longer than "
             "compression_timeout_s", "unavailable": "no compression worker could be started"}
 
@@ -119,7 +121,10 @@ class Compressor:
                            tools: Any) -> int:
         """What compression never shrinks: verbatim text, framing, media and tool definitions."""
         fixed = await self.count(pool, conv.verbatim_text, target.model)  # a huge system prompt happens
-        return fixed + conversation.overhead_tokens(conv, target.model, tools)
+        fixed += conversation.overhead_tokens(conv, target.model)
+        if tools:  # tool schemas can be megabytes too: counted like any other text
+            fixed += await self.count(pool, json.dumps(tools), target.model)
+        return fixed
 
     async def count(self, pool: Ticket, text: str, model: str) -> int:
         """Tokens of ``text``: on the loop when short, else in the pool."""
@@ -261,7 +266,7 @@ class Compressor:
             stream_tokens = stats["original_tokens"]  # counted by MixPR when we skipped it
             messages = conversation.rebuild(conv, spans)
             # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
-            final = count_tokens(conversation.split(messages).text, target.model) + fixed
+            final = await self.count(pool, conversation.split(messages).text, target.model) + fixed
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
@@ -312,6 +317,7 @@ def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUn
 
 def _warm_up(with_router: bool) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
+    _hold_for_tests(START_SUFFIX)
     count_tokens("warm up", "gpt-4o-mini")
     count_tokens("warm up", None)
     if with_router:
@@ -331,11 +337,12 @@ def compress_job(
     return result.spans, result.stats
 
 
-def _hold_for_tests() -> None:
+def _hold_for_tests(suffix: str = "") -> None:
     """Test-only (the variable is never set in production): wait while the named file exists, so a
-    test can hold a job on its worker and kill it, time it out or fill the queue behind it."""
+    test can hold a job on its worker and kill it, time it out or fill the queue behind it; with
+    ``START_SUFFIX`` appended, hold a new worker's start (a replacement that takes its time)."""
     path = os.environ.get(TEST_HOLD_ENV)
-    while path and os.path.exists(path):
+    while path and os.path.exists(path + suffix):
         time.sleep(0.02)
 
 

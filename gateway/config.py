@@ -141,6 +141,10 @@ class ModelEntry(_Strict):
 
 class GeneralSettings(_Strict):
     master_key: str | None = None
+    # Serve without a master key on a non-loopback address (something in front authenticates).
+    allow_unauthenticated: bool = False
+    # Host names a loopback-bound gateway also answers to (a reverse proxy that passes its own).
+    allowed_hosts: list[str] = []
     max_body_bytes: int = Field(64 * 1024 * 1024, ge=1024)  # a 1M-token prompt is about 4 MB
     compression_workers: int = Field(2, ge=1, le=64)
     # process: MixPR cannot freeze other requests (it holds the GIL for long stretches); thread:
@@ -157,6 +161,26 @@ class GeneralSettings(_Strict):
     max_inflight_body_bytes: int = Field(512 * 1024 * 1024, ge=1024)
     # Conversation prefixes remembered per instance (by content hash), in bytes; 0 = recompute each time.
     prefix_cache_bytes: int = Field(64 * 1024 * 1024, ge=0)
+    # A body must keep arriving: no byte for this long, or slower than min_body_bytes_per_s on
+    # average after it, and the request gets a 408 and its connection is closed.
+    body_timeout_s: float = Field(30.0, gt=0)
+    min_body_bytes_per_s: int = Field(16 * 1024, ge=1)
+    # JSON objects and arrays in one body (messages, content parts, tools ...): bounds per-request work.
+    max_body_objects: int = Field(20_000, ge=100)
+
+    @field_validator("master_key")
+    @classmethod
+    def _not_empty(cls, value: str | None) -> str | None:
+        # docker-compose's ${MIXPR_MASTER_KEY} is "" when unset: that must not mean "no auth".
+        if value is not None and not value.strip():
+            raise ValueError("is empty (an environment variable set to an empty string?): set a key, "
+                             "or remove master_key to run without auth on 127.0.0.1")
+        return value
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _lower(cls, value: list[str]) -> list[str]:
+        return [name.lower() for name in value]
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> GeneralSettings:

@@ -146,6 +146,20 @@ def overhead_tokens(conv: Conversation, model: str, tools: Any = None) -> int:
 
 def rebuild(conv: Conversation, spans: Sequence[tuple[int, int]]) -> list[dict[str, Any]]:
     """The messages again, each text piece cut down to the parts of it inside ``spans``."""
+    kept = _kept_runs(conv, spans)
+    texts: dict[int, dict[int | None, str]] = {}
+    for number, piece in enumerate(conv.pieces):
+        texts.setdefault(piece.message, {})[piece.part] = _join(kept.get(number, []))
+    # Copy on write: untouched messages stay the very objects the client sent. Each touched message
+    # (and its list of parts) is copied once: a copy per part is quadratic in a message's parts.
+    messages = list(conv.messages)
+    for index, parts in texts.items():
+        messages[index] = _with_texts(messages[index], parts)
+    return messages
+
+
+def _kept_runs(conv: Conversation, spans: Sequence[tuple[int, int]]) -> dict[int, list[str]]:
+    """For each piece (by number), the runs of its text inside ``spans``."""
     kept: dict[int, list[str]] = {}
     starts = [p.start for p in conv.pieces]
     for start, end in spans:
@@ -157,15 +171,7 @@ def rebuild(conv: Conversation, spans: Sequence[tuple[int, int]]) -> list[dict[s
             lo, hi = max(start, piece.start), min(end, piece.end)
             if lo < hi:
                 kept.setdefault(number, []).append(conv.text[lo:hi])
-    # Copy on write: untouched messages stay the very objects the client sent.
-    messages = list(conv.messages)
-    copied: set[int] = set()
-    for number, piece in enumerate(conv.pieces):
-        if piece.message not in copied:
-            messages[piece.message] = dict(messages[piece.message])
-            copied.add(piece.message)
-        _replace_text(messages[piece.message], piece.part, _join(kept.get(number, [])))
-    return messages
+    return kept
 
 
 def _join(parts: list[str]) -> str:
@@ -180,10 +186,14 @@ def _join(parts: list[str]) -> str:
     return "".join(out)
 
 
-def _replace_text(message: dict[str, Any], part: int | None, text: str) -> None:
-    if part is None:
-        message["content"] = text
-        return
-    content = list(message["content"])
-    content[part] = {**content[part], "text": text}
-    message["content"] = content
+def _with_texts(message: dict[str, Any], texts: dict[int | None, str]) -> dict[str, Any]:
+    """A copy of ``message`` with its text content (None) or its text parts (by index) replaced."""
+    copy = dict(message)
+    if None in texts:
+        copy["content"] = texts[None]
+        return copy
+    content = list(copy["content"])
+    for part, text in texts.items():
+        content[part] = {**content[part], "text": text}
+    copy["content"] = content
+    return copy

@@ -69,6 +69,31 @@ class PayloadTooLarge(GatewayError):
     code = "request_too_large"
 
 
+class RequestTimeout(GatewayError):
+    """The body did not arrive in time; the connection is closed, so its unread rest is dropped."""
+
+    status_code = 408
+    error_type = "invalid_request_error"
+    code = "request_timeout"
+
+    def __init__(self, message: str, **kwargs: Any) -> None:
+        super().__init__(message, headers={"Connection": "close"}, **kwargs)
+
+
+class UnsupportedMediaType(GatewayError):
+    status_code = 415
+    error_type = "invalid_request_error"
+    code = "unsupported_media_type"
+
+
+class MisdirectedRequest(GatewayError):
+    """A Host this gateway does not serve under (DNS rebinding against a loopback-only gateway)."""
+
+    status_code = 421
+    error_type = "invalid_request_error"
+    code = "invalid_host"
+
+
 class UpstreamError(GatewayError):
     """Anything the upstream provider (or the way to it) did wrong; status mapped by ``upstream``."""
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -45,6 +45,8 @@ class Metrics:
         self.worker_restarts = Counter("mixpr_compression_worker_restarts",
                                        "Compression workers replaced, by why (crash, timeout)",
                                        ["reason"], registry=r)
+        self.workers_live = Gauge("mixpr_compression_workers_live", "Compression workers able to take a "
+                                  "job now (fewer than configured while some restart)", registry=r)
         self.compression_failures = Counter("mixpr_compression_failures",
                                             "Compressions that failed, by cause (crash, timeout, "
                                             "unavailable, error)", ["cause"], registry=r)

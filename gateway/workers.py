@@ -118,15 +118,27 @@ class Workers:
         """The worker processes' pids (all, or only the busy or idle ones): for tests and operators."""
         return [w.pid for w in self._workers if w.pid is not None and (busy is None or w.busy == busy)]
 
+    def live(self) -> int:
+        """Workers that can take a job now (busy or idle); fewer than ``size`` while some restart."""
+        return len(self._workers)
+
     def problems(self) -> list[str]:
-        """What is wrong with the pool right now, for readiness; empty when all workers serve."""
+        """What keeps the pool from serving, for readiness: empty while one worker can.
+
+        A worker short is reduced capacity, not unavailability (``live`` goes to /metrics): taking an
+        instance out of rotation on every worker crash would turn crashes on several instances at
+        once into an outage.
+        """
+        if self._workers or self._closed:
+            return []
         found = []
         if self._respawning:
             reasons = ", ".join(sorted(set(self._respawning.values())))
-            found.append(f"compression pool: {len(self._respawning)} of {self.size} workers restarting "
-                         f"({reasons})")
+            found.append(f"compression pool: no worker can serve, {len(self._respawning)} of {self.size} "
+                         f"restarting ({reasons})")
         if self._failing:
-            found.append(f"compression pool: a worker could not be started ({self._failing})")
+            found.append(f"compression pool: no worker can serve, a worker could not be started "
+                         f"({self._failing})")
         return found
 
     def close(self) -> None:

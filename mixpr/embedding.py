@@ -90,4 +90,6 @@ def document_frequency(M: sp.csr_matrix) -> np.ndarray:
 
 def unit_rows(W: sp.csr_matrix) -> sp.csr_matrix:
     """``W``'s rows scaled to unit L2 norm, float32: cosines of BM25 rows for the local graph."""
+    if W.shape[1] == 0:  # a text with no word (one-letter tokens only): nothing to scale
+        return W.astype(np.float32)
     return normalize(W, norm="l2").astype(np.float32)

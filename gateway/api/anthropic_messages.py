@@ -30,7 +30,8 @@ router = APIRouter()
 PATHS = frozenset({"/v1/messages", "/messages"})
 # Anthropic's error type for each status it uses (and the gateway's own 502/503/504).
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
+               404: "not_found_error", 408: "invalid_request_error", 413: "request_too_large",
+               415: "invalid_request_error", 421: "invalid_request_error", 429: "rate_limit_error",
                503: "overloaded_error", 529: "overloaded_error"}
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from collections.abc import Mapping
@@ -11,15 +10,14 @@ from typing import Any
 from fastapi import Request
 from starlette.responses import StreamingResponse
 
-from gateway.admission import held_bytes
-from gateway.errors import BadRequest, PayloadTooLarge, Unauthorized
+from gateway.api.body import read_json
+from gateway.errors import BadRequest, Unauthorized
 from gateway.policy import AUTO, Control
 from mixpr import ROUTES
 
 CONTROL_KEYS = ("enabled", "route", "budget_tokens")
-MAX_DEPTH = 64  # JSON nesting; OpenAI's deepest structures (tool schemas) stay far below
-_SURROGATE = re.compile("[\ud800-\udfff]")
 MIN_BUDGET = 16
+_DIGITS = re.compile("[0-9]{1,18}")
 # Proxies must neither cache nor buffer a stream of server-sent events.
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -47,81 +45,7 @@ async def authorized_body(request: Request) -> tuple[Any, Any]:
     """Every API's first step: the app's state, the key checked, the JSON body read within limits."""
     gateway = state(request)
     authorize(request)
-    return gateway, await read_json(request, gateway.config.general_settings.max_body_bytes)
-
-
-async def read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, refusing bodies over ``limit`` bytes before reading them whole.
-
-    Its bytes count toward the gateway's ``max_inflight_body_bytes`` (until the response is sent):
-    the declared length is reserved before reading, so a refusal costs no read; a body without one
-    is counted chunk by chunk.
-    """
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    held = held_bytes(request.scope)
-    if held is not None and declared.isdigit():
-        held.take(int(declared))
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        if held is not None and not declared.isdigit():
-            held.take(len(chunk))
-        chunks.append(chunk)
-    return parse_json(b"".join(chunks))
-
-
-def parse_json(raw: bytes) -> Any:
-    """Strict JSON: no NaN/Infinity, no lone surrogates, nesting at most ``MAX_DEPTH`` deep.
-
-    Python's parser accepts all three, but none survives the way on: the upstream call's encoder
-    refuses NaN, UTF-8 cannot carry a lone surrogate, and deep nesting exhausts recursion later.
-    """
-    try:
-        value = json.loads(raw, parse_constant=_refuse_constant)
-    except _NotJson as exc:
-        raise BadRequest(str(exc)) from None
-    except RecursionError:
-        raise _too_deep() from None
-    except ValueError:  # includes UnicodeDecodeError
-        raise BadRequest("We could not parse the JSON body of your request.") from None
-    _check_strict(value)
-    return value
-
-
-class _NotJson(ValueError):
-    pass
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NotJson(f"The JSON body contains {name}, which is not valid JSON.")
-
-
-def _check_strict(value: Any) -> None:
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, str):
-            if _SURROGATE.search(item):
-                raise BadRequest("The JSON body contains a lone surrogate (\\ud800-\\udfff), "
-                                 "which is not valid Unicode.")
-        elif isinstance(item, dict | list):
-            if depth > MAX_DEPTH:
-                raise _too_deep()
-            children = [*item.keys(), *item.values()] if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-
-
-def _too_deep() -> BadRequest:
-    return BadRequest(f"The JSON body is nested more than {MAX_DEPTH} levels deep.")
-
-
-def _too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"The request body is larger than this gateway's limit of {limit} bytes "
-                           f"(general_settings.max_body_bytes).")
+    return gateway, await read_json(request, gateway.config.general_settings)
 
 
 def parse_control(field: Any, headers: Mapping[str, str]) -> Control:
@@ -148,7 +72,8 @@ def _from_header(key: str, value: str) -> Any:
     if key == "enabled":
         return {"true": True, "1": True, "false": False, "0": False}.get(text, value)
     if key == "budget_tokens":
-        return int(text) if text.isdigit() else text if text == AUTO else value
+        # ASCII digits only ("²".isdigit() is true, int() refuses it), and few enough for int().
+        return int(text) if _DIGITS.fullmatch(text) else text if text == AUTO else value
     return text
 
 

@@ -39,7 +39,7 @@ class ServerThread:
 
     def start(self) -> ServerThread:
         self.thread.start()
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120
         while not self.server.started:
             if time.monotonic() > deadline or not self.thread.is_alive():
                 raise RuntimeError("gateway did not start")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import json
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +20,8 @@ from gateway.config import ConfigError, parse_config
 QUEUED = 2
 BODY_LIMIT = 1_000_000
 INFLIGHT_LIMIT = 1_500_000
+BODY_TIMEOUT_S = 3.0
+MIN_RATE = 1000  # bytes/s
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +33,8 @@ def hold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def gateway(upstream: FakeUpstream, hold: Path) -> Iterator[Gateway]:
     server = Gateway(upstream.base_url, compression_workers=1, max_queued_compressions=QUEUED,
-                     max_body_bytes=BODY_LIMIT, max_inflight_body_bytes=INFLIGHT_LIMIT)
+                     max_body_bytes=BODY_LIMIT, max_inflight_body_bytes=INFLIGHT_LIMIT,
+                     body_timeout_s=BODY_TIMEOUT_S, min_body_bytes_per_s=MIN_RATE)
     yield server
     server.stop()
 
@@ -84,20 +89,21 @@ def _short_body(size: int) -> bytes:
     return body + b" " * (size - len(body))  # JSON allows trailing whitespace
 
 
-def test_bodies_past_the_inflight_limit_are_refused_without_being_read(gateway: Gateway) -> None:
+def test_bodies_past_the_inflight_limit_are_refused_as_their_bytes_arrive(gateway: Gateway) -> None:
     size = BODY_LIMIT
     first = _start_post(gateway, size)
     body = _short_body(size)
-    first.send(body[:1000])  # the gateway now holds a reservation for all of it
-    wait_for(lambda: gateway.state.body_bytes.used >= size)
-    # A second large body does not fit beside it: refused before a byte of it is sent.
+    first.send(body[:-1000])  # the gateway now holds what arrived, all but the last 1000 bytes
+    wait_for(lambda: gateway.state.body_bytes.used >= size - 1000)
+    # A second large body does not fit beside it: refused once its bytes would go over.
     second = _start_post(gateway, size)
+    second.send(b" " * (INFLIGHT_LIMIT - size + 1001))
     refused = second.getresponse()
     _assert_overloaded(refused.status, dict(refused.headers), refused.read())
     second.close()
-    # Without Content-Length it is counted as it arrives, and refused once over.
+    # Without Content-Length it is counted the same way.
     chunked = _start_post(gateway, None)
-    piece = b" " * (INFLIGHT_LIMIT - size + 1)
+    piece = b" " * (INFLIGHT_LIMIT - size + 1001)
     chunked.send(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")  # the end never sent
     refused = chunked.getresponse()
     _assert_overloaded(refused.status, dict(refused.headers), refused.read())
@@ -105,7 +111,7 @@ def test_bodies_past_the_inflight_limit_are_refused_without_being_read(gateway: 
     # A small request still fits beside the held one.
     short = gateway.chat("gpt-test", SHORT)
     assert short.status_code == 200
-    first.send(body[1000:])
+    first.send(body[-1000:])
     answered = first.getresponse()
     assert answered.status == 200
     answered.read()
@@ -116,6 +122,39 @@ def test_bodies_past_the_inflight_limit_are_refused_without_being_read(gateway: 
     assert again.getresponse().status == 200
     again.close()
     assert gateway.metric('mixpr_requests_shed_total{limit="body_bytes"}') == 2
+
+
+def test_stalled_uploads_cost_only_their_own_connections(gateway: Gateway) -> None:
+    # Eight clients declare bodies that together fill the in-flight limit, then send nothing.
+    stalled = [_start_post(gateway, INFLIGHT_LIMIT // 8) for _ in range(8)]
+    for _ in range(5):  # nothing arrived, so nothing is held: others are served as usual
+        short = gateway.chat("gpt-test", SHORT)
+        assert short.status_code == 200
+    assert gateway.state.body_bytes.used == 0
+    # Each stalled upload gets a 408 after body_timeout_s and its connection is closed.
+    for conn in stalled:
+        with socket.socket(fileno=os.dup(conn.sock.fileno())) as raw:
+            answer = conn.getresponse()
+            assert (answer.status, answer.getheader("connection")) == (408, "close")
+            assert json.loads(answer.read())["error"]["code"] == "request_timeout"
+            raw.settimeout(10)
+            assert raw.recv(1) == b""  # and the gateway closed the connection
+        conn.close()
+
+
+def test_a_trickling_upload_is_cut_off_below_the_minimum_rate(gateway: Gateway) -> None:
+    conn = _start_post(gateway, BODY_LIMIT)
+    conn.sock.settimeout(0.3)
+    answer = None
+    for _ in range(100):  # 1 byte every 0.1 s: far below min_body_bytes_per_s, never silent long
+        conn.send(b" ")
+        try:
+            answer = conn.getresponse()
+            break
+        except TimeoutError:
+            continue
+    assert answer is not None and answer.status == 408
+    conn.close()
 
 
 def test_the_inflight_limit_must_hold_one_whole_body() -> None:

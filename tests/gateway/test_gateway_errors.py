@@ -167,7 +167,8 @@ def test_client_hanging_up_mid_body_is_not_a_server_error(gateway_url: str, http
     """A client that disconnects before its whole body arrived is counted as 499, never as a 500."""
     port = int(gateway_url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: [::1]\r\n"
+                     b"Content-Type: application/json\r\n"
                      b"Authorization: Bearer " + MASTER_KEY.encode() + b"\r\nContent-Length: 100000\r\n\r\n"
                      b'{"model": "gpt-test", "messages": [')
     deadline = time.monotonic() + 10

@@ -26,6 +26,7 @@ PARAMS = ["temperature", "top_p", "n", "stop", "max_tokens", "max_completion_tok
 CONTENT_TYPES = ["application/json", "application/json; charset=utf-8", "text/plain",
                  "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", None]
 
+JSON = {"content-type": "application/json"}
 clean_text = st.text(max_size=40)
 odd_text = st.sampled_from(["\ud800", "a\udfffb", "\x00", "é", "😀", "", "\u2028"])
 # One string in 20 is odd: a lone surrogate anywhere makes the whole body a 400, so keep them rare.
@@ -148,7 +149,7 @@ def test_any_body_gets_a_200_or_an_openai_4xx(raw_client: httpx.Client, body: by
 def test_what_python_would_parse_but_json_forbids_is_400(raw_client: httpx.Client, value: bytes,
                                                          message: str) -> None:
     head = b'{"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}], "user": '
-    response = raw_client.post("/v1/chat/completions", content=head + value + b"}")
+    response = raw_client.post("/v1/chat/completions", content=head + value + b"}", headers=JSON)
     assert (response.status_code, response.json()["error"]["message"]) == (400, message)
 
 
@@ -168,3 +169,57 @@ def test_what_litellm_would_choke_on_is_400(raw_client: httpx.Client, content: A
     body = {"model": "gpt-test", "messages": [{"role": "user", "content": content}], **extra}
     response = raw_client.post("/v1/chat/completions", json=body)
     assert (response.status_code, response.json()["error"]["param"]) == (400, param)
+
+
+# -- the x-mixpr-* headers ------------------------------------------------------------------------
+
+HEADER_CHARS = [chr(c) for c in [*range(0x20, 0x7F), *range(0x80, 0x100)]]  # what HTTP lets through
+TRICKY = ["²", "³", "١٦", "１６", "1e999", "-16", "+16", "16.0", "0x10", "1_000", "16 16", "auto", "AUTO",
+          "nan", "inf", "-inf", "9" * 19, "9" * 5000, "15", "0", "true", "FALSE", "1", "global", "Local",
+          "\xa016", "16\x85", "ǅ", "ß"]
+
+
+def _header_value(text: str) -> bytes:
+    # Latin-1 when it fits (uvicorn decodes header bytes as latin-1), else UTF-8 bytes; HTTP allows
+    # no whitespace at either end.
+    raw = text.encode("latin-1") if all(ord(c) < 256 for c in text) else text.encode()
+    return raw.strip(b" \t")
+
+
+header_values = (st.text(alphabet=st.sampled_from(HEADER_CHARS), max_size=24) | st.sampled_from(TRICKY)
+                 | st.integers(-2**70, 2**70).map(str)).map(_header_value)
+valid_budgets = st.integers(16, 10**17).map(str) | st.sampled_from(["auto", "AUTO", " 4000"])
+
+
+@settings(max_examples=200, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(values=st.fixed_dictionaries({}, optional={"enabled": header_values, "route": header_values,
+                                                  "budget-tokens": header_values}))
+def test_any_mixpr_header_gets_a_200_or_a_400_naming_it(raw_client: httpx.Client,
+                                                        values: dict[str, bytes]) -> None:
+    headers = {"x-mixpr-" + name: value for name, value in values.items()}
+    response = raw_client.post("/v1/chat/completions", json=HEADER_BODY, headers=headers)
+    _check(response)
+    if response.status_code != 200:
+        assert response.status_code == 400
+        param = response.json()["error"]["param"]
+        assert param in {"mixpr." + name.replace("-", "_") for name in values}, param
+
+
+@settings(max_examples=30, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(budget=valid_budgets)
+def test_a_valid_budget_header_is_taken(raw_client: httpx.Client, budget: str) -> None:
+    headers = {"x-mixpr-budget-tokens": budget.strip(), "x-mixpr-enabled": "true"}
+    response = raw_client.post("/v1/chat/completions", json=HEADER_BODY, headers=headers)
+    assert response.status_code == 200, response.text[:300]
+
+
+@pytest.mark.parametrize("value", ["²".encode("latin-1"), "²".encode(), b"1e999", b"9" * 5000, "١٦".encode()])
+def test_budget_headers_that_are_not_ascii_integers_are_400(raw_client: httpx.Client, value: bytes) -> None:
+    response = raw_client.post("/v1/chat/completions", json=HEADER_BODY,
+                               headers={"x-mixpr-budget-tokens": value})
+    assert (response.status_code, response.json()["error"]["param"]) == (400, "mixpr.budget_tokens")
+
+
+HEADER_BODY = {"model": "gpt-test", "messages": [{"role": "user", "content": "Hello."}], "max_tokens": 3}

@@ -21,6 +21,8 @@ from pool_control import (
     wait_for,
 )
 
+from gateway.compression import START_SUFFIX
+
 
 @pytest.fixture(scope="module")
 def hold(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
@@ -56,6 +58,34 @@ def _assert_unavailable(response) -> None:
     assert error["code"] == "compression_unavailable"
     assert error["type"] == "api_error"
     assert "does not fit" in error["message"]
+
+
+@pytest.fixture(scope="module")
+def pair(upstream: FakeUpstream, hold: Path) -> Iterator[Gateway]:
+    server = Gateway(upstream.base_url, compression_workers=2, compression_timeout_s=120)
+    yield server
+    server.stop()
+
+
+def test_readiness_stays_ready_while_one_of_two_workers_is_replaced(pair: Gateway, hold: Path) -> None:
+    starting = Path(str(hold) + START_SUFFIX)
+    first, second = pair.workers.pids()
+    starting.touch()  # replacements now take as long as the test needs
+    try:
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: pair.metric("mixpr_compression_workers_live") == 1)
+        probes = [pair.http.get("/health/readiness") for _ in range(10)]
+        assert [p.status_code for p in probes] == [200] * 10  # reduced capacity, still serving
+        compressed = pair.chat("small", long_messages(seed=7))
+        assert (compressed.status_code, compressed.headers["x-mixpr-action"]) == (200, "compressed")
+        os.kill(second, signal.SIGKILL)  # now no worker can serve: readiness says so
+        down = wait_for(lambda: (r := pair.http.get("/health/readiness")).status_code == 503 and r)
+        assert pair.metric("mixpr_compression_workers_live") == 0
+        assert any("no worker can serve" in p and "worker died" in p for p in down.json()["problems"])
+    finally:
+        starting.unlink(missing_ok=True)
+    wait_for(lambda: pair.metric("mixpr_compression_workers_live") == 2)
+    assert pair.http.get("/health/readiness").status_code == 200
 
 
 def test_a_worker_killed_while_idle_is_replaced_and_readiness_says_so(gateway: Gateway) -> None:
