@@ -233,3 +233,23 @@ def test_mixpr_switches_travel_as_headers(proxy: openai.OpenAI, upstream: FakeUp
         extra_body={"guardrails": ["mixpr"]}, extra_headers={"x-mixpr-enabled": "false"})
     assert _sent(upstream, "mode-needle-small") == [{"role": "user", "content": LONG_PROMPT}]
     assert raw.headers["x-mixpr-action"] == "passthrough"
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_conversation_turn_starts_with_the_previous_turns_bytes(proxy: openai.OpenAI, upstream: FakeUpstream,
+                                                                guardrail: str) -> None:
+    """The gateway's conversation prefix works inside the proxy too: once a conversation has been
+    compressed afresh (turn 2 makes room to grow), turn 3 reaches the model as turn 2's exact
+    messages followed by the new ones, so the provider's prompt cache can hit."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": LONG_PROMPT}]
+    sent = []
+    for follow_up in ("What colour was the falcon?", "Which number was written next to it?", None):
+        upstream.clear()
+        reply = proxy.chat.completions.create(model="small", messages=messages, max_tokens=20,
+                                              extra_body={"guardrails": [guardrail]})
+        sent.append(_sent(upstream, "mode-needle-small"))
+        if follow_up:
+            messages += [{"role": "assistant", "content": reply.choices[0].message.content or "…"},
+                         {"role": "user", "content": follow_up}]
+    assert sent[2][: len(sent[1])] == sent[1]
+    assert len(sent[2]) == len(sent[1]) + 2
