@@ -220,6 +220,16 @@ async def big_request(upstream: str, gateway: str, session: aiohttp.ClientSessio
     }
 
 
+async def time_until(done: asyncio.Event, call: Callable[[], Awaitable[Any]], latencies: list[float],
+                     pause_s: float = 0.0) -> None:
+    """Call ``call`` again and again (``pause_s`` apart) until ``done``, appending each latency in ms."""
+    while not done.is_set():
+        started = time.perf_counter()
+        await call()
+        latencies.append((time.perf_counter() - started) * 1000)
+        await asyncio.sleep(pause_s)
+
+
 async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tokens: int, big_count: int,
                                concurrency: int) -> dict[str, Any]:
     """Short requests' latency while ``big_count`` big requests are compressed one after another."""
@@ -229,12 +239,6 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
     latencies: list[float] = []
     done = asyncio.Event()
 
-    async def shorts() -> None:
-        while not done.is_set():
-            started = time.perf_counter()
-            await short()
-            latencies.append((time.perf_counter() - started) * 1000)
-
     async def bigs() -> float:
         started = time.perf_counter()
         for _ in range(big_count):
@@ -242,7 +246,7 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
         done.set()
         return time.perf_counter() - started
 
-    workers = [asyncio.create_task(shorts()) for _ in range(concurrency)]
+    workers = [asyncio.create_task(time_until(done, short, latencies)) for _ in range(concurrency)]
     busy_s = await bigs()
     await asyncio.gather(*workers)
     return summarize(latencies) | {"busy_s": busy_s, "big_requests": big_count}
@@ -257,15 +261,7 @@ async def short_during_parts(gateway: str, session: aiohttp.ClientSession, parts
     payload = json.dumps({"model": "echo", "messages": [{"role": "user", "content": content}]}).encode()
     latencies: list[float] = []
     done = asyncio.Event()
-
-    async def shorts() -> None:
-        while not done.is_set():
-            started = time.perf_counter()
-            await short()
-            latencies.append((time.perf_counter() - started) * 1000)
-            await asyncio.sleep(0.01)
-
-    task = asyncio.create_task(shorts())
+    task = asyncio.create_task(time_until(done, short, latencies, pause_s=0.01))
     started = time.perf_counter()
     async with session.post(gateway + "/v1/chat/completions", data=payload,
                             headers={"content-type": "application/json"}) as response:
