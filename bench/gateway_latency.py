@@ -220,6 +220,16 @@ async def big_request(upstream: str, gateway: str, session: aiohttp.ClientSessio
     }
 
 
+async def time_until(done: asyncio.Event, call: Callable[[], Awaitable[Any]], latencies: list[float],
+                     pause_s: float = 0.0) -> None:
+    """Call ``call`` again and again (``pause_s`` apart) until ``done``, appending each latency in ms."""
+    while not done.is_set():
+        started = time.perf_counter()
+        await call()
+        latencies.append((time.perf_counter() - started) * 1000)
+        await asyncio.sleep(pause_s)
+
+
 async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tokens: int, big_count: int,
                                concurrency: int) -> dict[str, Any]:
     """Short requests' latency while ``big_count`` big requests are compressed one after another."""
@@ -229,12 +239,6 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
     latencies: list[float] = []
     done = asyncio.Event()
 
-    async def shorts() -> None:
-        while not done.is_set():
-            started = time.perf_counter()
-            await short()
-            latencies.append((time.perf_counter() - started) * 1000)
-
     async def bigs() -> float:
         started = time.perf_counter()
         for _ in range(big_count):
@@ -242,10 +246,32 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
         done.set()
         return time.perf_counter() - started
 
-    workers = [asyncio.create_task(shorts()) for _ in range(concurrency)]
+    workers = [asyncio.create_task(time_until(done, short, latencies)) for _ in range(concurrency)]
     busy_s = await bigs()
     await asyncio.gather(*workers)
     return summarize(latencies) | {"busy_s": busy_s, "big_requests": big_count}
+
+
+async def short_during_parts(gateway: str, session: aiohttp.ClientSession, parts: int) -> dict[str, Any]:
+    """Short requests (one client, 10 ms apart) while one message of ``parts`` one-letter text parts
+    is answered: its status and time, and the short requests' latency meanwhile."""
+    short = gateway_call(session, gateway, "echo", SHORT)
+    await run_load(short, 50, 1)  # warm
+    content = [{"type": "text", "text": "w"} for _ in range(parts)]
+    payload = json.dumps({"model": "echo", "messages": [{"role": "user", "content": content}]}).encode()
+    latencies: list[float] = []
+    done = asyncio.Event()
+    task = asyncio.create_task(time_until(done, short, latencies, pause_s=0.01))
+    started = time.perf_counter()
+    async with session.post(gateway + "/v1/chat/completions", data=payload,
+                            headers={"content-type": "application/json"}) as response:
+        body = await response.read()
+    elapsed = time.perf_counter() - started
+    done.set()
+    await task
+    return {"parts": parts, "body_mb": len(payload) / 1e6, "status": response.status, "seconds": elapsed,
+            "error": body[:200].decode(errors="replace") if response.status != 200 else None,
+            "short_meanwhile_ms": summarize(latencies)}
 
 
 # -- recall through the gateway ---------------------------------------------------------------------
@@ -335,6 +361,10 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
             async with aiohttp.ClientSession(connector=connector) as session:
                 results: dict[str, Any] = {"gateway_workers": args.gateway_workers, "executor": args.executor,
                                            "uvloop": _has("uvloop"), "httptools": _has("httptools")}
+                if args.parts_only:  # issue #16: one request of many tiny parts
+                    results["many_parts"] = await short_during_parts(gateway, session, args.parts_only)
+                    print(json.dumps(results["many_parts"], indent=2))
+                    return results
                 for concurrency in () if args.skip_passthrough else (1, 32):
                     total = args.requests if concurrency == 1 else args.requests * 3
                     results[f"passthrough_c{concurrency}"] = await passthrough(upstream, gateway, session,
@@ -413,6 +443,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-recall", action="store_true", help="skip part 4 (needs ../shared/data)")
     parser.add_argument("--recall-length", type=int, default=32 * 1024)
     parser.add_argument("--recall-seeds", type=int, default=2)
+    parser.add_argument("--parts-only", type=int, default=0, metavar="N",
+                        help="only: short requests while one message of N tiny text parts is answered")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if args.quick:
