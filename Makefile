@@ -14,16 +14,11 @@ CONFIG := config.yaml
 
 BIN := $(VENV)/bin
 
-# llama-cpp-python ships no wheel, so pip compiles llama.cpp (a few minutes, once; pip
-# caches the wheel). A portable CPU build: the native default can emit AMX instructions
-# that crash on machines which report but cannot run them. Override on the command line,
-# e.g. make run CMAKE_ARGS=-DGGML_CUDA=on
-export CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
-	-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+# The embedded model's server is the prebuilt xllamacpp wheel: nothing is compiled.
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test lint hadolint install install-test clean
+.PHONY: run test lint hadolint k8s-check install install-test clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -37,6 +32,19 @@ hadolint: $(VENV)/.installed-test
 
 lint: hadolint
 	$(BIN)/ruff check .
+
+# The Kubernetes base, rendered by kubectl's kustomize and checked by checkov. checkov lives in its
+# own venv: it pins packages LiteLLM's would clash with, and takes minutes to install, so `make test`
+# does not wait for it (tests/deploy checks the rendered manifests against the gateway itself).
+CHECKOV := .venv-checkov
+k8s-check: $(CHECKOV)/.installed
+	kubectl kustomize deploy/kubernetes > $(CHECKOV)/rendered.yaml
+	$(CHECKOV)/bin/checkov --quiet --compact --skip-download --framework kubernetes -f $(CHECKOV)/rendered.yaml
+
+$(CHECKOV)/.installed: Makefile
+	$(PYTHON) -m venv $(CHECKOV)
+	$(CHECKOV)/bin/python -m pip install --quiet 'checkov==3.3.30'
+	touch $@
 
 install: $(VENV)/.installed-local
 install-test: $(VENV)/.installed-test
@@ -61,4 +69,4 @@ $(VENV)/.installed-test: pyproject.toml Makefile | $(BIN)/python
 	touch $@ $(VENV)/.installed-local
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV) .pytest_cache .ruff_cache
