@@ -141,8 +141,9 @@ def _eventually_ok(http: httpx.Client, path: str, process: subprocess.Popen[byte
     deadline = time.monotonic() + 120  # imports LiteLLM, then starts the compression workers
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(httpx.HTTPError):
-            if http.get(path).status_code == 200:
-                return True
+            status = http.get(path).status_code
+            if status != 503:  # 503: still starting
+                return status == 200
         time.sleep(0.2)
     return False
 
