@@ -12,9 +12,10 @@ sets both thread counts. Each value is converted to the field's own type. A name
 does not fit exits with code 2 and says why, before the model is loaded.
 
 ``xllamacpp.Server`` serves OpenAI's API (``/v1/models``, ``/v1/chat/completions`` with
-streaming, ...) from native threads; this process only keeps them alive. SIGTERM and SIGINT end
-it at once (the server keeps no state worth a graceful stop), and on Linux so does the death of
-the gateway, so a killed gateway never leaves a server holding the port.
+streaming, ...) from native threads; this process only keeps them alive. SIGTERM ends it at once
+(the server keeps no state worth a graceful stop); SIGINT is ignored, so Ctrl-C stops the gateway,
+which then stops this. On Linux the death of the gateway ends it too, so a killed gateway never
+leaves a server holding the port.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     args, rest = parser.parse_known_args(argv)
     _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C in `make run`: exit quietly, no traceback
+    # Ctrl-C in a terminal reaches the whole process group: the gateway then stops this server itself
+    # (SIGTERM), instead of seeing it die first and scheduling a restart while it shuts down.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     import xllamacpp
 
     try:

@@ -394,6 +394,19 @@ async def test_the_backoff_starts_over_after_a_stable_run(
         await server.stop()
 
 
+async def test_ctrl_c_is_left_to_the_gateway(fake_llama, model_file):
+    # Ctrl-C reaches the terminal's whole process group; the gateway stops the server on its own
+    # shutdown, so the server must not exit first (and be "restarted" while the gateway shuts down).
+    server = ManagedServer(settings(model_file))
+    await server.start()
+    try:
+        os.kill(server._process.pid, signal.SIGINT)
+        await asyncio.sleep(0.5)
+        assert server.ready and server.restarts == 0
+    finally:
+        await server.stop()
+
+
 async def test_stopping_never_restarts(fake_llama, model_file, tmp_path, monkeypatch):
     launches = tmp_path / "launches"
     monkeypatch.setenv("FAKE_LLAMA_LAUNCHES", str(launches))
