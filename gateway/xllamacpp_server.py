@@ -111,8 +111,11 @@ def main(argv: list[str] | None = None) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the gateway then stops this server itself
     # (SIGTERM), instead of seeing it die first and scheduling a restart while it shuts down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    import xllamacpp
-
+    try:
+        import xllamacpp
+    except ImportError as exc:
+        parser.exit(2, f"xllamacpp_server: {exc}; install the embedded model's server with "
+                       f"pip install 'mixpr-gateway[local]' (or make run)\n")
     try:
         params = build_params(xllamacpp, args.model, args.host, args.port, _pairs(rest))
     except OptionError as exc:
