@@ -7,7 +7,7 @@
 # `Authorization: Bearer $MIXPR_MASTER_KEY`. The embedded model listens on 127.0.0.1:4001 only.
 FROM python:3.11-slim
 
-# llama.cpp in the xllamacpp wheel is built with OpenMP (libgomp).
+# llama.cpp in the xllamacpp wheel is built with OpenMP and links the system's libgomp.so.1.
 # hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends libgomp1 \

@@ -113,9 +113,11 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import xllamacpp
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
         parser.exit(2, f"xllamacpp_server: {exc}; install the embedded model's server with "
                        f"pip install 'mixpr-gateway[local]' (or make run)\n")
+    except ImportError as exc:  # a system library it links to, e.g. libgomp.so.1
+        parser.exit(2, f"xllamacpp_server: {exc} (on Debian or Ubuntu: apt-get install libgomp1)\n")
     try:
         params = build_params(xllamacpp, args.model, args.host, args.port, _pairs(rest))
     except OptionError as exc:

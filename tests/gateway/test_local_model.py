@@ -203,7 +203,8 @@ async def test_a_crash_while_starting_reports_exit_code_and_last_output(fake_lla
 
 
 async def test_a_missing_wheel_says_how_to_install_it(fake_llama, model_file, tmp_path):
-    (tmp_path / "fake" / "xllamacpp" / "__init__.py").write_text("raise ImportError('no xllamacpp here')")
+    fake = tmp_path / "fake" / "xllamacpp" / "__init__.py"
+    fake.write_text("raise ModuleNotFoundError('no xllamacpp here')")
     server = ManagedServer(settings(model_file))
     how = r"no xllamacpp here; .* pip install 'mixpr-gateway\[local\]'"
     with pytest.raises(ManagedServerError, match=how):
