@@ -157,7 +157,7 @@ def _order(chunks: Chunks, scores, relevance, p) -> np.ndarray:
     if not where:
         return scores
     asked = np.where(p > 0, 0.0, relevance)  # the question matches itself best
-    return scores + experts.fuse_ranks(order.position_scores(asked, where))
+    return scores + order.WEIGHT * experts.fuse_ranks(order.position_scores(asked, where))
 
 
 def _route(chunks: Chunks, route: str, ask_llm, p) -> tuple[str, str]:

@@ -2,7 +2,7 @@
 
 A block is the run of chunks from one ``BLOCK`` opening (a blank line, a message boundary, the
 text's start) to the next; its heading is its first line when that line is short (at most
-``MAX_HEADING_WORDS`` words) and the block goes on after it. A Wikipedia paragraph's title
+``MAX_HEADING_WORDS`` words), does not end like a sentence, and the block goes on after it. A Wikipedia paragraph's title
 ("Tata Consultancy Services") names what its later sentences only call "it" or "the company"; a
 chat session's date line ("DATE: 8 May, 2023") dates every turn under it. So each chunk of the
 block also counts the heading's words, at ``HEADING_WEIGHT`` of a word of its own, before the
@@ -31,12 +31,18 @@ def heading_texts(chunks: Chunks) -> tuple[list[str], np.ndarray]:
     owner = np.full(len(chunks), -1, dtype=np.int64)
     for first, end in zip(firsts.tolist(), ends.tolist(), strict=True):
         line_end = text.find("\n", int(starts[first]), int(chunks.ends[end - 1]))
-        if line_end < 0 or len(text[starts[first] : line_end].split()) > MAX_HEADING_WORDS:
+        if line_end < 0 or not _is_heading(text[starts[first] : line_end]):
             continue
         owner[first:end] = len(texts)
         owner[first : np.searchsorted(starts, line_end, side="right")] = -1  # it holds its own words
         texts.append(text[starts[first] : line_end])
     return texts, owner
+
+
+def _is_heading(line: str) -> bool:
+    """Short, and not ending like a sentence: a title or a date line, not a chat's first turn."""
+    line = line.rstrip()
+    return len(line.split()) <= MAX_HEADING_WORDS and not line.endswith((".", "!", "?"))
 
 
 def with_headings(counts: sp.csr_matrix, heading_counts: sp.csr_matrix, owner: np.ndarray) -> sp.csr_matrix:
