@@ -2,6 +2,7 @@ import numpy as np
 
 from mixpr.order import EARLY, LATE, direction, position_scores
 
+
 def test_direction_reads_ordinals():
     assert direction("What is the second topic we discussed?") == EARLY
     assert direction("When did we last talk about it?") == LATE
