@@ -2,12 +2,13 @@
 
 A block is the run of chunks from one ``BLOCK`` opening (a blank line, a message boundary, the
 text's start) to the next; its heading is its first line when that line is short (at most
-``MAX_HEADING_WORDS`` words), does not end like a sentence, and the block goes on after
-it. A Wikipedia paragraph's title ("Tata Consultancy Services") names what its later sentences only call "it" or "the company"; a
-chat session's date line ("DATE: 8 May, 2023") dates every turn under it. So each chunk of the
-block also counts the heading's words, at ``HEADING_WEIGHT`` of a word of its own, before the
-chunks are weighted (BM25) and linked: a question naming the title meets those sentences, and
-a sentence naming the title meets its paragraph in the graph. One sparse product, linear.
+``MAX_HEADING_WORDS`` words), does not end like a sentence, and the block goes on after it.
+A Wikipedia paragraph's title ("Tata Consultancy Services") names what its later sentences only
+call "it" or "the company"; a chat session's date line ("DATE: 8 May, 2023") dates every turn
+under it. So each chunk of the block also counts the heading's words, at ``HEADING_WEIGHT`` of
+a word of its own, before the chunks are weighted (BM25) and linked: a question naming the
+title meets those sentences, and a sentence naming the title meets its paragraph in the graph.
+One sparse product; the loop over blocks is the only per-block Python work.
 """
 
 from __future__ import annotations

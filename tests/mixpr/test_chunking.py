@@ -133,7 +133,11 @@ def test_levels_mark_sentences_lines_turns_and_blocks():
     text = "DATE: 8 May\nCaroline: Hi there. How are you?\nOk then.\n\nMelanie: Fine."
     chunks = chunk_text(text)
     assert [text[s:e].strip() for s, e in zip(chunks.starts, chunks.ends, strict=True)] == [
-        "DATE: 8 May\nCaroline: Hi there.", "How are you?", "Ok then.", "Melanie: Fine."]
+        "DATE: 8 May\nCaroline: Hi there.",
+        "How are you?",
+        "Ok then.",
+        "Melanie: Fine.",
+    ]
     assert chunks.levels.tolist() == [BLOCK, SENTENCE, LINE, BLOCK]
     at = text.index("Caroline")
     assert chunk_text(text, boundaries=[at]).levels.tolist()[:2] == [BLOCK, BLOCK]

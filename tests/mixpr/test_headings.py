@@ -29,8 +29,10 @@ def test_a_paragraphs_title_belongs_to_its_sentences():
 
 
 def test_headings_are_short_first_lines_of_blocks():
-    text = "Title One\nBody sentence one. Body two.\n\nA first line that is far too long to be a heading " \
+    text = (
+        "Title One\nBody sentence one. Body two.\n\nA first line that is far too long to be a heading "
         "of anything at all here\nmore text.\n\nLone line.\n\nUSER: Hi there.\nASSISTANT: Hello."
+    )
     texts, owner = heading_texts(chunk_text(text))
     assert texts == ["Title One"]
     assert owner.tolist()[:2] == [-1, 0]  # the first chunk holds the title itself
