@@ -16,6 +16,7 @@ question) and the character spans of the evidence, with the rule that scores the
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import re
@@ -76,12 +77,13 @@ def _with_question(context: str, question: str) -> str:
     return f"{context}\n\n{question.strip()}"
 
 
-def _locomo(rows: list[dict]) -> Iterator[Case]:
+def _annotated(name: str, rule: str, rows: list[dict]) -> Iterator[Case]:
+    """Whole-text sets whose questions carry their evidence spans (LoCoMo turns, QMSum turn ranges)."""
     for doc, row in enumerate(rows):
         for question, spans in zip(row["instructions"], row["evidence_spans"], strict=True):
             if spans:
                 text = _with_question(row["input"], question)
-                yield Case("locomo", doc, question, text, tuple(map(tuple, spans)), "all")
+                yield Case(name, doc, question, text, tuple(map(tuple, spans)), rule)
 
 
 def _topic(rows: list[dict]) -> Iterator[Case]:
@@ -91,14 +93,6 @@ def _topic(rows: list[dict]) -> Iterator[Case]:
             found = tuple((m.start(), m.end()) for m in re.finditer(re.escape(topic.lower()), lowered))
             if found:
                 yield Case("topic", doc, question, _with_question(row["input"], question), found, "any")
-
-
-def _qmsum(rows: list[dict]) -> Iterator[Case]:
-    for doc, row in enumerate(rows):
-        for question, spans in zip(row["instructions"], row["evidence_spans"], strict=True):
-            if spans:
-                text = _with_question(row["input"], question)
-                yield Case("qmsum", doc, question, text, tuple(map(tuple, spans)), "share")
 
 
 def _hotpot(items: list[dict]) -> Iterator[Case]:
@@ -164,7 +158,13 @@ def _join_paragraphs(paragraphs: Sequence[tuple[str, list[str], bool]]) -> tuple
     return "\n\n".join(parts), spans
 
 
-_BUILDERS = {"locomo": _locomo, "topic": _topic, "hotpot": _hotpot, "musique": _musique, "qmsum": _qmsum}
+_BUILDERS = {
+    "locomo": functools.partial(_annotated, "locomo", "all"),
+    "topic": _topic,
+    "hotpot": _hotpot,
+    "musique": _musique,
+    "qmsum": functools.partial(_annotated, "qmsum", "share"),
+}
 
 
 def covered(evidence: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> np.ndarray:
