@@ -17,6 +17,7 @@ Writes bench/out/real_docs.json, real_docs.png and real_docs_budget.png.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import shutil
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bench import real_sets
 from bench.data import data_dir
 from bench.plotting import budget_curve_plot, real_docs_plot
 from bench.provenance import library_version
@@ -120,9 +122,18 @@ def bm25_spans(text: str, question_start: int, budget: int) -> list[tuple[int, i
 
 def bm25_select(text: str, question_start: int, budget: int) -> tuple[Chunks, np.ndarray]:
     """The chunks of ``text`` and the sorted indices BM25 keeps within ``budget`` tokens."""
+    from mixpr import selection
+
+    chunks, scores, sizes = _bm25_scores(text, question_start)
+    pinned = np.flatnonzero(chunks.ends > question_start)
+    return chunks, selection.within_budget(scores, sizes, budget, pinned)
+
+
+@functools.lru_cache(maxsize=2)
+def _bm25_scores(text: str, question_start: int) -> tuple[Chunks, np.ndarray, np.ndarray]:
+    """Chunks, BM25 scores and token sizes; cached, as a chat is asked at two budgets in a row."""
     import bm25s
 
-    from mixpr import selection
     from mixpr.chunking import chunk_text
     from mixpr.tokens import encoding_for
 
@@ -133,8 +144,7 @@ def bm25_select(text: str, question_start: int, budget: int) -> tuple[Chunks, np
     query = bm25s.tokenize([text[question_start:]], return_ids=False, show_progress=False)[0]
     scores = retriever.get_scores(query) if query else np.zeros(len(texts))
     sizes = np.array([len(t) for t in encoding_for(None).encode_ordinary_batch(texts)], dtype=np.float64)
-    pinned = np.flatnonzero(chunks.ends > question_start)
-    return chunks, selection.within_budget(np.asarray(scores, dtype=np.float64), sizes, budget, pinned)
+    return chunks, np.asarray(scores, dtype=np.float64), sizes
 
 
 def kept_spans(method: str, case: Case, budget: int) -> list[tuple[int, int]]:
@@ -146,71 +156,100 @@ def kept_spans(method: str, case: Case, budget: int) -> list[tuple[int, int]]:
     return compress(case.text, budget_tokens=budget, method=method, **kwargs).spans
 
 
-def run(files: list[str], methods: list[str], docs_per_file: int | None, curve: bool) -> list[dict]:
+def run(files: list[str], methods: list[str], quick: bool, curve: bool) -> list[dict]:
     rows: list[dict] = []
-    runs = [(setting, budget, methods) for setting, budget in SETTINGS.items()]
-    if curve:
-        runs += [("single", b, CURVE_METHODS) for b in CURVE_BUDGETS if b != SETTINGS["single"]]
     for file in files:
-        data = load(file)
-        docs = range(0, len(data))[:docs_per_file] if docs_per_file else range(len(data))
-        for setting, budget, names in runs:
+        for setting, budgets, names, found in jobs(file, quick, curve):
             t0 = time.perf_counter()
-            for case in cases(file, data, setting, docs):
-                for method in [m for m in names if m in methods]:
-                    kept = evidence_kept(case.answers, kept_spans(method, case, budget))
-                    rows.append(
-                        {"file": file, "doc": case.doc, "question": case.question, "setting": setting,
-                         "budget": budget, "method": method, "kept": kept}
-                    )  # fmt: skip
-            print(f"{file} {setting}@{budget}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            for case, score in found:
+                for budget in budgets:  # budgets inner: BM25's scores of one text are cached
+                    for method in [m for m in names if m in methods]:
+                        kept = score(kept_spans(method, case, budget))
+                        rows.append(
+                            {"file": file, "doc": case.doc, "question": case.question, "setting": setting,
+                             "budget": budget, "method": method, "kept": kept}
+                        )  # fmt: skip
+            took, at = time.perf_counter() - t0, ",".join(map(str, budgets))
+            print(f"{file} {setting}@{at}: {took:.0f} s", file=sys.stderr, flush=True)
     return rows
 
 
+def jobs(file: str, quick: bool, curve: bool) -> Iterator[tuple[str, tuple[int, ...], list[str], list]]:
+    """(setting, budgets, methods, [(case, its scorer)]) for every run of one file."""
+    if file in real_sets.FILES:
+        setting, budgets = real_sets.SETTINGS[file]
+        found = [(c, functools.partial(real_sets.score, c)) for c in real_sets.cases(file, quick=quick)]
+        yield setting, budgets, METHODS, found
+        return
+    data = load(file)
+    docs = range(len(data))[:QUICK_DOCS] if quick else range(len(data))
+    runs = [(setting, budget, METHODS) for setting, budget in SETTINGS.items()]
+    if curve:
+        runs += [("single", b, CURVE_METHODS) for b in CURVE_BUDGETS if b != SETTINGS["single"]]
+    for setting, budget, names in runs:
+        found = [(c, functools.partial(evidence_kept, c.answers)) for c in cases(file, data, setting, docs)]
+        yield setting, (budget,), names, found
+
+
+def settings_of(file: str) -> list[tuple[str, int]]:
+    """The (setting, budget) cells a file is measured in (the curve's extra budgets are not cells)."""
+    if file in real_sets.SETTINGS:
+        setting, budgets = real_sets.SETTINGS[file]
+        return [(setting, b) for b in budgets]
+    return list(SETTINGS.items())
+
+
 def means(rows: list[dict]) -> dict[tuple[str, str, int, str], float]:
-    """(file, setting, budget, method) -> evidence recall."""
-    groups: dict[tuple[str, str, int, str], list[bool]] = {}
+    """(file, setting, budget, method) -> evidence recall (mean score)."""
+    groups: dict[tuple[str, str, int, str], list[float]] = {}
     for r in rows:
-        groups.setdefault((r["file"], r["setting"], r["budget"], r["method"]), []).append(r["kept"])
+        groups.setdefault((r["file"], r["setting"], r["budget"], r["method"]), []).append(float(r["kept"]))
     return {k: mean(v) for k, v in groups.items()}
 
 
 def markdown(rows: list[dict], methods: list[str]) -> str:
     cells = means(rows)
     files = list(dict.fromkeys(r["file"] for r in rows))
-    count = {(r["file"], r["setting"]): 0 for r in rows}
+    count: dict[tuple[str, str, int], int] = {}
     for r in rows:
-        count[(r["file"], r["setting"])] += (
-            r["method"] == methods[0] and r["budget"] == SETTINGS[r["setting"]]
-        )
+        key = (r["file"], r["setting"], r["budget"])
+        count[key] = count.get(key, 0) + (r["method"] == methods[0])
     lines = [
         "| file | setting | budget | n | " + " | ".join(methods) + " |",
         "|" + "---|" * (len(methods) + 4),
     ]
     for file in files:
-        for setting, budget in SETTINGS.items():
+        for setting, budget in settings_of(file):
             vals = " | ".join(f"{cells.get((file, setting, budget, m), float('nan')):.2f}" for m in methods)
-            lines.append(f"| {file} | {setting} | {budget} | {count[(file, setting)]} | {vals} |")
-    overall = [mean(cells[(f, s, b, m)] for f in files for s, b in SETTINGS.items()) for m in methods]
-    lines.append("| **mean of cells** | | | | " + " | ".join(f"**{v:.2f}**" for v in overall) + " |")
-    budgets = sorted({r["budget"] for r in rows if r["setting"] == "single"})
-    if len(budgets) > 1:
-        lines += ["", "Single documents, recall against budget:", ""]
-        lines += [
-            "| file | method | " + " | ".join(map(str, budgets)) + " |",
-            "|" + "---|" * (len(budgets) + 2),
-        ]
-        for file in files:
-            for m in CURVE_METHODS:
-                vals = " | ".join(f"{cells.get((file, 'single', b, m), float('nan')):.2f}" for b in budgets)
-                lines.append(f"| {file} | {m} | {vals} |")
-    return "\n".join(lines)
+            n = count.get((file, setting, budget), 0)
+            lines.append(f"| {file} | {setting} | {budget} | {n} | {vals} |")
+    for label, group in (("documents", [f for f in files if f in FILES]),
+                         ("chats and multi-hop", [f for f in files if f in real_sets.FILES])):  # fmt: skip
+        if group:
+            overall = [mean(cells[(f, s, b, m)] for f in group for s, b in settings_of(f)) for m in methods]
+            lines.append(f"| **mean, {label}** | | | | " + " | ".join(f"**{v:.2f}**" for v in overall) + " |")
+    return "\n".join(lines + _curve_table(cells, files))
+
+
+def _curve_table(cells: dict, files: list[str]) -> list[str]:
+    budgets = sorted({b for f, s, b, _ in cells if s == "single"})
+    if len(budgets) < 2:
+        return []
+    lines = ["", "Single documents, recall against budget:", ""]
+    lines += ["| file | method | " + " | ".join(map(str, budgets)) + " |", "|" + "---|" * (len(budgets) + 2)]
+    for file in [f for f in files if f in FILES]:
+        for m in CURVE_METHODS:
+            vals = " | ".join(f"{cells.get((file, 'single', b, m), float('nan')):.2f}" for b in budgets)
+            lines.append(f"| {file} | {m} | {vals} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help=f"first {QUICK_DOCS} documents per file, no curve")
-    ap.add_argument("--files", default=",".join(FILES), help="comma list of: " + ", ".join(FILES))
+    quick = f"first {QUICK_DOCS} L-Eval documents per file, every {real_sets.QUICK_STRIDE}th other question"
+    ap.add_argument("--quick", action="store_true", help=quick + ", no curve")
+    every = [*FILES, *real_sets.FILES]
+    ap.add_argument("--files", default=",".join(every), help="comma list of: " + ", ".join(every))
     ap.add_argument("--methods", default=",".join(METHODS), help="comma list of: " + ", ".join(METHODS))
     ap.add_argument("--no-curve", action="store_true", help="skip the recall-against-budget runs")
     ap.add_argument("--out", type=Path, default=OUT, help="output folder for real_docs.{json,png}")
@@ -219,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
     files = [f for f in args.files.split(",") if f]
     methods = [m for m in METHODS if m in args.methods.split(",")]
     t0, version = time.perf_counter(), library_version()  # taken first: the library may change mid-run
-    rows = run(files, methods, QUICK_DOCS if args.quick else None, curve=not (args.quick or args.no_curve))
+    rows = run(files, methods, args.quick, curve=not (args.quick or args.no_curve))
     print(markdown(rows, methods))
     print(f"\n({len(rows)} compressions in {time.perf_counter() - t0:.0f} s; library {version})")
     cells = means(rows)
@@ -234,10 +273,12 @@ def main(argv: list[str] | None = None) -> None:
         ],
     }
     (args.out / "real_docs.json").write_text(json.dumps(summary, indent=1))
-    real_docs_plot(cells, files, methods, SETTINGS, args.out / "real_docs.png")
+    groups = [(f, s, b) for f in files for s, b in settings_of(f)]
+    real_docs_plot(cells, groups, methods, args.out / "real_docs.png")
     names = ["real_docs.png"]
     if any(s == "single" and b != SETTINGS["single"] for _, s, b, _ in cells):
-        budget_curve_plot(cells, files, CURVE_METHODS, args.out / "real_docs_budget.png")
+        documents = [f for f in files if f in FILES]
+        budget_curve_plot(cells, documents, CURVE_METHODS, args.out / "real_docs_budget.png")
         names.append("real_docs_budget.png")
     if args.publish:
         PLOTS.mkdir(exist_ok=True)

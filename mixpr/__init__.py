@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mixpr import baselines, experts, lexical, query, routing, selection, structure
+from mixpr import baselines, experts, headings, lexical, order, query, routing, selection, structure
 from mixpr.chunking import Chunks, chunk_text
 from mixpr.embedding import bm25, counts_and_words, tfidf, unit_rows
 from mixpr.tokens import count_tokens
@@ -78,9 +78,7 @@ def compress(
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
-    counts, words = (
-        clock.run("embed", counts_and_words, chunks.texts()) if method != "middle-out" else (None, None)
-    )
+    counts, words = clock.run("embed", _counts, chunks) if method != "middle-out" else (None, None)
     p = query.query_weights(chunks, query_span)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
@@ -91,6 +89,14 @@ def compress(
     stats.update(kept_tokens=kept_tokens, kept_chunks=len(keep), timings_ms=clock.timings())
     spans = list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
     return Compressed(kept_text, spans, stats)
+
+
+def _counts(chunks: Chunks):
+    """Word counts of the chunks, each also counting its block's heading (``mixpr.headings``)."""
+    heads, owner = headings.heading_texts(chunks)
+    counts, words = counts_and_words(chunks.texts() + heads)
+    n = len(chunks)
+    return headings.with_headings(counts[:n], counts[n:], owner), words
 
 
 def _validate(budget_tokens, top_k, route, method, query_span, length) -> None:
@@ -141,7 +147,17 @@ def _local(chunks: Chunks, W, words, p, kept_chunks) -> np.ndarray:
     words also match their variants ("pointers" meets "point", ``mixpr.lexical``)."""
     relevance = lexical.lexical_scores(W, p, words)
     scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=relevance)
-    return structure.arrange(scores, chunks.opens, np.flatnonzero(p))
+    scores = _order(chunks, scores, relevance, p)
+    return structure.arrange(scores, chunks, np.flatnonzero(p))
+
+
+def _order(chunks: Chunks, scores, relevance, p) -> np.ndarray:
+    """A question about order ("the second topic we discussed") also ranks its matches by position."""
+    where = order.direction(query.query_text(chunks, p))
+    if not where:
+        return scores
+    asked = np.where(p > 0, 0.0, relevance)  # the question matches itself best
+    return scores + order.WEIGHT * experts.fuse_ranks(order.position_scores(asked, where))
 
 
 def _route(chunks: Chunks, route: str, ask_llm, p) -> tuple[str, str]:

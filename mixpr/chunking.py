@@ -23,6 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 
 MAX_WORDS = 32
+CONTINUES, SENTENCE, LINE, TURN, BLOCK = 0, 1, 2, 3, 4
+# A chat turn's speaker label at a line's start: one to four capitalised words and a colon
+# ("Caroline: ", "USER: ", "Lynne Neagle AM: ").
+_SPEAKER = re.compile(r"^[ \t]*([A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}: )", re.MULTILINE)
 # A chunk this long in characters is split even when it has few spaces
 # (minified JSON, base64, languages written without spaces).
 MAX_CHARS = 400
@@ -44,6 +48,10 @@ class Chunks:
 
     ``opens[i]`` is False when chunk i continues the line or sentence of chunk i-1 (it was cut
     only for length), True when it starts a sentence, a line or a piece between boundaries.
+    ``levels[i]`` says how much chunk i opens: ``CONTINUES`` (0), ``SENTENCE``, ``LINE`` (a newline
+    just before it), ``TURN`` (a line opening with a speaker label, "Caroline: ") or ``BLOCK`` (a
+    blank line, a boundary or the text's start just before it): the units a question's evidence
+    comes in (a chat turn, a message, a paragraph under its title).
     """
 
     text: str
@@ -51,6 +59,7 @@ class Chunks:
     ends: np.ndarray
     words: np.ndarray
     opens: np.ndarray
+    levels: np.ndarray
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -80,7 +89,22 @@ def chunk_text(
     keep = words > 0  # whitespace-only pieces hold nothing to retrieve
     starts = starts[keep]
     at = np.minimum(np.searchsorted(units, starts), len(units) - 1)  # both sorted: a binary search
-    return Chunks(text, starts, ends[keep], words[keep], units[at] == starts)
+    opens = units[at] == starts
+    levels = _levels(text, layout, starts, opens, boundaries)
+    return Chunks(text, starts, ends[keep], words[keep], opens, levels)
+
+
+def _levels(text: str, layout: _Layout, starts: np.ndarray, opens: np.ndarray, boundaries) -> np.ndarray:
+    """CONTINUES / SENTENCE / LINE / TURN / BLOCK for each chunk start (see ``Chunks``)."""
+    levels = opens.astype(np.int8)
+    line = opens & layout.after_newlines(starts, 1)
+    levels[line] = LINE
+    speakers = np.fromiter((m.start(1) for m in _SPEAKER.finditer(text)), np.int64)
+    levels[line & np.isin(starts, speakers)] = TURN
+    levels[opens & layout.after_newlines(starts, 2)] = BLOCK
+    levels[np.isin(starts, np.fromiter(boundaries, np.int64))] = BLOCK
+    levels[:1] = BLOCK
+    return levels
 
 
 class _Layout:
@@ -94,6 +118,14 @@ class _Layout:
         self.starts_word[1:] &= ~self.visible[:-1]
         self.word_starts = np.flatnonzero(self.starts_word)
         self.newline_ends = np.flatnonzero(codes == 10) + 1
+
+    def after_newlines(self, offsets: np.ndarray, count: int) -> np.ndarray:
+        """True where at least ``count`` newlines sit in the whitespace just before the offset."""
+        at = np.searchsorted(self.newline_ends, offsets, side="right") - count
+        found = at >= 0
+        newline_end = self.newline_ends[np.maximum(at, 0)] if len(self.newline_ends) else offsets
+        # No word starts between that newline and the offset: only whitespace lies between.
+        return found & (self.word_index(offsets) == self.word_index(newline_end))
 
     def words_between(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Words in each span; a span that starts inside a word counts that word too."""

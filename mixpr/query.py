@@ -90,3 +90,8 @@ def query_weights(chunks: Chunks, query_span: tuple[int, int] | None = None) -> 
     picked = query_chunks(chunks, query_span)
     p[picked] = 1.0 / max(1, len(picked))
     return p
+
+
+def query_text(chunks: Chunks, p: np.ndarray) -> str:
+    """The text of the query's chunks (those ``p`` personalises on)."""
+    return " ".join(chunks.text[chunks.starts[i] : chunks.ends[i]] for i in np.flatnonzero(p).tolist())

@@ -52,8 +52,16 @@ def parse_route(answer: str) -> str | None:
     return None
 
 
+# A cue under a negation is an instruction against it: "Only give me the topic name. Do not
+# summarize yourself." asks a local question (L-Eval's topic retrieval asks every question so).
+_NEGATION = re.compile(r"(\bnot|\bnever|\bwithout|\bno|n't)\W+(\w+\W+){0,2}$", re.IGNORECASE)
+
+
 def heuristic_route(query: str) -> str:
-    return GLOBAL if _GLOBAL_CUES.search(query) else LOCAL
+    for cue in _GLOBAL_CUES.finditer(query):
+        if not _NEGATION.search(query, max(0, cue.start() - 40), cue.start()):
+            return GLOBAL
+    return LOCAL
 
 
 def choose_route(

@@ -125,3 +125,20 @@ def test_opens_marks_sentence_and_line_starts_not_cuts_for_length():
     chunks = chunk_text("Short one. " + long + " Next one.\nA line " + " ".join(["x"] * 40))
     # The 52-word sentence is cut in two for length, so does the 42-word line; a line opens.
     assert chunks.opens.tolist() == [True, True, False, True, True, False]
+
+
+def test_levels_mark_sentences_lines_turns_and_blocks():
+    from mixpr.chunking import BLOCK, LINE, SENTENCE, TURN
+
+    text = "DATE: 8 May\nCaroline: Hi there. How are you?\nOk then.\n\nMelanie: Fine."
+    chunks = chunk_text(text)
+    assert [text[s:e].strip() for s, e in zip(chunks.starts, chunks.ends, strict=True)] == [
+        "DATE: 8 May\nCaroline: Hi there.",
+        "How are you?",
+        "Ok then.",
+        "Melanie: Fine.",
+    ]
+    assert chunks.levels.tolist() == [BLOCK, SENTENCE, LINE, BLOCK]
+    at = text.index("Caroline")
+    assert chunk_text(text, boundaries=[at]).levels.tolist()[:2] == [BLOCK, BLOCK]
+    assert chunk_text("Intro.\nBob: hi.").levels.tolist() == [BLOCK, TURN]

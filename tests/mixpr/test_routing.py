@@ -88,3 +88,9 @@ def test_unparseable_or_failing_llm_falls_back_to_heuristic():
     assert choose_route(["Summarize it."], lambda prompt: "I think so") == (GLOBAL, "heuristic")
     assert choose_route(["Summarize it."], broken) == (GLOBAL, "heuristic")
     assert choose_route(["What is x?"], None) == (LOCAL, "heuristic")
+
+
+def test_a_negated_cue_is_not_a_global_request():
+    assert heuristic_route("What is the second topic we discussed? Do not summarize yourself.") == LOCAL
+    assert heuristic_route("Please don't summarize, just list the dates.") == LOCAL
+    assert heuristic_route("Summarize the meeting; do not list the speakers.") == GLOBAL

@@ -1,6 +1,8 @@
 import numpy as np
 
-from mixpr.structure import arrange, spread, whole_sentences
+from mixpr import compress
+from mixpr.chunking import chunk_text
+from mixpr.structure import arrange, spread, whole_sentences, whole_units
 
 
 def test_pieces_of_one_sentence_share_its_best_score():
@@ -28,5 +30,43 @@ def test_neighbours_of_a_strong_match_outrank_a_weak_match_elsewhere():
 def test_the_pinned_query_spreads_nothing():
     scores = np.zeros(10)
     scores[9], scores[2] = 5.0, 1.0  # the query chunk (last) is the best match of all
-    out = arrange(scores, np.ones(10, dtype=bool), pinned=np.array([9]))
+    chunks = chunk_text("\n\n".join(f"Paragraph {i} is here." for i in range(10)))
+    out = arrange(scores, chunks, pinned=np.array([9]))
     assert out[8] < out[1]
+
+
+def test_a_unit_that_mostly_matches_is_lifted_a_paragraph_with_one_match_is_not():
+    opens = np.array([True, False, False, True, False, False])
+    scores = np.array([1.0, 0.8, 0.8, 1.0, 0.0, 0.0])
+    out = whole_units(scores, opens)
+    assert out[1] > 0.8 and out[2] > 0.8  # lifted towards the best of their unit
+    assert out[4] < 0.6  # a lone match does not carry its paragraph
+
+
+def _chat(evidence_turn: str) -> str:
+    """A long chat in which one turn of four short sentences answers the question."""
+    other = ["Bob: Nice weather today. I went for a walk. It was fine. See you.",
+             "Alice: Good to hear. I stayed home. Read a book. Bye now."]  # fmt: skip
+    turns = [other[i % 2] for i in range(120)]
+    turns[60] = evidence_turn
+    return "\n".join(turns) + "\n\nWhat did Carol bake for the festival?"
+
+
+def test_a_chat_turn_is_kept_whole():
+    # Only the turn's first sentence shares a word with the question; its other three sentences
+    # are the evidence too (LoCoMo annotates turns). Without whole units they lose to other turns.
+    turn = "Carol: I baked lemon bread for the festival! Everyone loved it. My kids helped me. So proud."
+    text = _chat(turn)
+    kept = compress(text, budget_tokens=60, route="local").spans
+    start = text.index(turn)
+    assert any(a <= start and start + len(turn) <= b for a, b in _merged(kept))
+
+
+def _merged(spans):
+    out = []
+    for a, b in spans:
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
