@@ -275,7 +275,9 @@ class Prefixes:
         text = conversation.split(request.messages).text
         original = await self.compressor.count(ticket, text, request.target.model) + turn.fixed_tokens
         reused = before.tokens if before is not None and not turn.reset else 0
-        sent = with_breakpoint(turn.sent, before) if request.settings.prefix.breakpoint else turn.sent
+        sent = turn.sent
+        if request.settings.prefix.breakpoint:  # after a reset nothing before this turn repeats
+            sent = with_breakpoint(turn.sent, None if turn.reset else before)
         elapsed = (time.perf_counter() - started) * 1000
         budget = policy.budget(turn.fixed_tokens, request.target, request.settings, request.control)
         return Outcome(sent, "compressed", original, turn.tokens, turn.route, elapsed, budget,

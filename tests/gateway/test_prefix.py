@@ -65,6 +65,10 @@ def _config(upstream_url: str) -> dict:
              "model_info": {"max_input_tokens": 100_000},
              "mixpr": {"compress_above_tokens": 2000, "budget_tokens": BUDGET, "prefix": {"evidence": 0.004},
                        "self_route": {"enabled": True}}},
+            {"model_name": "conv-breakpoint", "litellm_params": {**params, "model": "openai/conv-breakpoint"},
+             "model_info": {"max_input_tokens": 100_000},
+             "mixpr": {"compress_above_tokens": 2000, "budget_tokens": BUDGET,
+                       "prefix": {"breakpoint": True}}},
         ],
         "mixpr_settings": {"router": "heuristic"},
         "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread"},
@@ -339,3 +343,15 @@ def test_self_route_first_asks_the_same_prefix_with_more_evidence(
     first, second = [r.json["messages"] for r in upstream.received() if r.path.endswith("/chat/completions")]
     assert fact not in json.dumps(first) and fact in json.dumps(second)
     assert first[:-1] == second[:-1]  # the same prefix; only the new question's evidence grew
+
+
+def test_breakpoint_marks_the_end_of_the_frozen_prefix(gateways: list[str], upstream: FakeUpstream) -> None:
+    """``prefix.breakpoint``: for providers that cache only at explicit breakpoints, the last message
+    of the previous turn (what this turn repeats) carries one ``cache_control``, and nothing else does."""
+    turns = _turns(3, _document(seed=17))
+    sent = [_send(gateways[0], messages, upstream, model="conv-breakpoint")[2] for messages in turns]
+    end = len(sent[1]) - 1
+    assert [i for i, m in enumerate(sent[2]) if "cache_control" in json.dumps(m)] == [end]
+    [part] = sent[2][end]["content"]
+    assert part == {"type": "text", "text": sent[1][end]["content"], "cache_control": {"type": "ephemeral"}}
+    assert sent[2][:end] == sent[1][:end]
