@@ -10,7 +10,8 @@ compressor gets ``document + "\\n\\n" + question``. Evidence kept = some occurre
 target document is at least 90% covered by ``Compressed.spans``. Only questions whose answer occurs
 verbatim in their document count. Methods: mixpr (heuristic route), BM25 (bm25s, default parameters, over
 mixpr's own chunks, the whole question as query, best-first into the same budget, question kept),
-rag-sparse, middle-out. The curve: recall against budget on single documents for mixpr and BM25.
+rag-sparse, middle-out, and LiteLLM's ``litellm.compress()`` (documents only; ``bench.litellm_compress``).
+The curve: recall against budget on single documents for mixpr and BM25.
 Writes bench/out/real_docs.json, real_docs.png and real_docs_budget.png.
 """
 
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from bench import real_sets
+from bench import litellm_compress, real_sets
 from bench.data import data_dir
 from bench.plotting import budget_curve_plot, real_docs_plot
 from bench.provenance import library_version
@@ -43,7 +44,8 @@ OUT = Path(__file__).with_name("out")
 PLOTS = Path(__file__).with_name("plots")
 FILES = {"nq": "natural_question", "contracts": "legal_contract_qa", "papers": "scientific_qa"}
 SETTINGS = {"single": 1000, "haystack": 4000}
-METHODS = ["mixpr", "bm25", "rag-sparse", "middle-out"]
+METHODS = ["mixpr", "bm25", "rag-sparse", "middle-out", "litellm-compress"]
+LITELLM = "litellm-compress"  # L-Eval documents only (bench.litellm_compress)
 CURVE_METHODS = ["mixpr", "bm25"]
 CURVE_BUDGETS = [500, 1000, 2000, 4000, 8000]
 HAYSTACK_DOCS = 5
@@ -152,6 +154,8 @@ def kept_spans(method: str, case: Case, budget: int) -> list[tuple[int, int]]:
 
     if method == "bm25":
         return bm25_spans(case.text, len(case.text) - len(case.question), budget)
+    if method == LITELLM:
+        return litellm_compress.kept_spans(case.text, len(case.text) - len(case.question), budget)
     kwargs = {"route": "heuristic"} if method == "mixpr" else {}
     return compress(case.text, budget_tokens=budget, method=method, **kwargs).spans
 
@@ -179,7 +183,7 @@ def jobs(file: str, quick: bool, curve: bool) -> Iterator[tuple[str, tuple[int, 
     if file in real_sets.FILES:
         setting, budgets = real_sets.SETTINGS[file]
         found = [(c, functools.partial(real_sets.score, c)) for c in real_sets.cases(file, quick=quick)]
-        yield setting, budgets, METHODS, found
+        yield setting, budgets, [m for m in METHODS if m != LITELLM], found
         return
     data = load(file)
     docs = range(len(data))[:QUICK_DOCS] if quick else range(len(data))
@@ -226,7 +230,8 @@ def markdown(rows: list[dict], methods: list[str]) -> str:
     for label, group in (("documents", [f for f in files if f in FILES]),
                          ("chats and multi-hop", [f for f in files if f in real_sets.FILES])):  # fmt: skip
         if group:
-            overall = [mean(cells[(f, s, b, m)] for f in group for s, b in settings_of(f)) for m in methods]
+            overall = [mean(cells.get((f, s, b, m), float("nan")) for f in group for s, b in settings_of(f))
+                       for m in methods]
             lines.append(f"| **mean, {label}** | | | | " + " | ".join(f"**{v:.2f}**" for v in overall) + " |")
     return "\n".join(lines + _curve_table(cells, files))
 
