@@ -240,24 +240,23 @@ class Prefixes:
         fixed = await self.compressor.fixed_tokens(ticket, conv, request.target, request.tools)
         budget = policy.budget(fixed, request.target, request.settings, request.control)
         new = messages[before.end + 1 :]
+        # Split once: the evidence is retrieved from the anchor's stream and cut out of the same text.
+        anchor = conversation.split(request.messages[: before.anchor + 1])
         spans: tuple[Span, ...] = ()
         question = _question(conv, before.end)
         if question:
             more = request.more_evidence if end == len(request.messages) - 1 else 1.0
             share = int(budget * min(1.0, request.settings.prefix.evidence * more))
-            spans = await self._evidence(ticket, request, before, question, share)
-        anchor_text = conversation.split(request.messages[: before.anchor + 1]).text
-        sent = [*before.sent, *with_evidence(new, evidence_block(anchor_text, spans))]
+            spans = await self._evidence(ticket, request, anchor, before, question, share)
+        sent = [*before.sent, *with_evidence(new, evidence_block(anchor.text, spans))]
         stream = await self.compressor.count(ticket, conversation.split(sent).text, request.target.model)
         if stream > budget:
             return None
         used = merge([*before.used, *spans])
         return Turn(end, sent, stream, fixed, anchor=before.anchor, used=used, route=before.route)
 
-    async def _evidence(self, ticket: Ticket, request: Request, before: Turn, question: str,
-                        budget: int) -> tuple[Span, ...]:
-        assert before.anchor is not None
-        anchor = conversation.split(request.messages[: before.anchor + 1])
+    async def _evidence(self, ticket: Ticket, request: Request, anchor: conversation.Conversation,
+                        before: Turn, question: str, budget: int) -> tuple[Span, ...]:
         gaps = complement(before.used, len(anchor.text))
         if not gaps or budget < 1:
             return ()
