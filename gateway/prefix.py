@@ -160,7 +160,8 @@ class Prefixes:
             return await self.today(request)
         finally:
             ticket.release()
-        self._record(model_name, outcome)
+        if request.more_evidence == 1.0:  # Self-Route's retry is the same request, already counted
+            self._record(model_name, outcome)
         return outcome
 
     async def today(self, request: Request, pool: Ticket | None = None, headroom: float = 0.0) -> Outcome:

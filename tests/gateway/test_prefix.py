@@ -325,6 +325,14 @@ def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
     assert message.usage.input_tokens == 10 - CACHED_TOKENS
 
 
+def _prefix_turns(url: str, model: str) -> float:
+    """``mixpr_prefix_turns_total`` for ``model``, summed over its kinds."""
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
+    lines = [line for line in text.splitlines()
+             if line.startswith("mixpr_prefix_turns_total{") and f'model="{model}"' in line]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
 def test_self_route_first_asks_the_same_prefix_with_more_evidence(
     gateways: list[str], upstream: FakeUpstream
 ) -> None:
@@ -336,8 +344,10 @@ def test_self_route_first_asks_the_same_prefix_with_more_evidence(
         for messages in turns[:2]:
             client.chat.completions.create(model="conv-routed", messages=messages, extra_body={"needle": "-"})
         upstream.clear()
+        before = _prefix_turns(url, "conv-routed")
         raw = client.chat.completions.with_raw_response.create(model="conv-routed", messages=turns[2],
                                                                extra_body={"needle": fact})
+    assert _prefix_turns(url, "conv-routed") == before + 1  # one request, counted once despite the retry
     assert raw.parse().choices[0].message.content == fact
     assert raw.headers["x-mixpr-self-route"] == "evidence"
     first, second = [r.json["messages"] for r in upstream.received() if r.path.endswith("/chat/completions")]
