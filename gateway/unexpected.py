@@ -39,28 +39,30 @@ class UnexpectedErrors:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = False
+        sent: list[str] = []  # how far the response got: "" (nothing), "started", "sent"
 
         async def send_and_watch(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                sent.append("started")
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                sent.append("sent")
             await send(message)
 
         try:
             await self.app(scope, receive, send_and_watch)
         except Exception as exc:
-            self._report(scope, exc, started)
-            if not started:
+            self._report(scope, exc, sent[-1] if sent else "")
+            if not sent:
                 await self.respond(scope["path"])(scope, receive, send)
-            # else: return with the body unfinished; the server closes the connection
+            # else: return, the body unfinished or not; the server closes an unfinished one
 
-    def _report(self, scope: Scope, exc: Exception, started: bool) -> None:
+    def _report(self, scope: Scope, exc: Exception, sent: str) -> None:
         path = path_label(scope["path"])
         self.counter.labels(path).inc()
+        when = {"started": " after the response started; the connection is cut",
+                "sent": " after the response was sent"}.get(sent, "")
         # The type and where, never str(exc): messages can quote the prompt.
-        log.error("unexpected error %s on %s%s%s", type(exc).__name__, path,
-                  " after the response started; the connection is cut" if started else "",
-                  request_id(scope))
+        log.error("unexpected error %s on %s%s%s", type(exc).__name__, path, when, request_id(scope))
         log.debug("traceback of the unexpected error", exc_info=exc)
 
 

@@ -57,3 +57,5 @@ def test_the_dockerfile_installs_with_the_makefiles_pins() -> None:
         [pin] = re.findall(rf"^\w+\s*:= ({package}==\S+)$", makefile, re.M)
         assert f"'{pin}'" in dockerfile, f"the Dockerfile should install {pin}, as the Makefile does"
     assert "--constraint requirements.lock" in dockerfile
+    # .dockerignore is an allow-list: without this line the build context has no lock to copy.
+    assert "!requirements.lock" in (ROOT / ".dockerignore").read_text().split()

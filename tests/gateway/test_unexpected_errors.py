@@ -49,9 +49,12 @@ async def faulty_run(self, call):
 middleware = admission.BodyBytesMiddleware.__call__
 
 async def faulty_middleware(self, scope, receive, send):
-    if scope["type"] == "http" and scope["path"] == "/v1/models" and scope["query_string"] == b"bug":
+    bug = scope["type"] == "http" and scope["path"] == "/v1/models" and scope["query_string"]
+    if bug == b"bug":
         raise ValueError("a bug in a middleware")
     await middleware(self, scope, receive, send)
+    if bug == b"bug-after":  # e.g. in the clean-up after the answer went out
+        raise LookupError("a bug after the response")
 
 chat.ChatService.run = faulty_run
 admission.BodyBytesMiddleware.__call__ = faulty_middleware
@@ -151,15 +154,27 @@ def test_a_bug_is_a_500_in_the_api_shape_counted_and_logged_in_one_line(gateway:
 
 
 def test_a_bug_in_a_middleware_is_the_same_500(gateway: Gateway) -> None:
+    before = [counted(gateway, REQUESTS_500.replace("/v1/chat/completions", "/v1/models")),
+              counted(gateway, UNEXPECTED_CHAT.replace("/v1/chat/completions", "/v1/models"))]
     response = httpx.get(gateway.url + "/v1/models?bug")
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "internal_error"
-    assert counted(gateway, 'mixpr_requests_total{path="/v1/models",status="500"}') == 1
-    assert counted(gateway, 'mixpr_unexpected_errors_total{path="/v1/models"}') == 1
+    assert [counted(gateway, REQUESTS_500.replace("/v1/chat/completions", "/v1/models")),
+            counted(gateway, UNEXPECTED_CHAT.replace("/v1/chat/completions", "/v1/models"))] == [
+        n + 1 for n in before]
     log = gateway.new_log()
     assert "Traceback" not in log, log
     [line] = log.splitlines()
     assert "ValueError" in line and "/v1/models" in line, line
+
+
+def test_a_bug_after_the_answer_went_out_leaves_the_answer_whole_and_is_counted(gateway: Gateway) -> None:
+    before = counted(gateway, 'mixpr_unexpected_errors_total{path="/v1/models"}')
+    response = httpx.get(gateway.url + "/v1/models?bug-after")
+    assert response.status_code == 200 and response.json()["data"][0]["id"] == "bug"
+    assert counted(gateway, 'mixpr_unexpected_errors_total{path="/v1/models"}') == before + 1
+    [line] = gateway.new_log().splitlines()
+    assert "LookupError on /v1/models after the response was sent" in line, line
 
 
 def test_a_bug_after_the_stream_started_cuts_the_stream_and_is_counted(gateway: Gateway) -> None:
