@@ -23,8 +23,6 @@ from conftest import closed_port
 from fake_upstream import FakeUpstream
 
 SECRET = "the-launch-code-is-4711"  # prompt text that must never reach the log by default
-REQUESTS_500 = 'mixpr_requests_total{path="/v1/chat/completions",status="500"}'
-UNEXPECTED_CHAT = 'mixpr_unexpected_errors_total{path="/v1/chat/completions"}'
 REPO = Path(__file__).resolve().parents[2]
 FAULTY_GATEWAY = """
 import dataclasses, sys
@@ -140,13 +138,19 @@ def counted(gateway: Gateway, sample: str) -> float:
     return 0.0
 
 
+def errors_counted(gateway: Gateway, path: str) -> list[float]:
+    """The 500s answered on ``path``, and its unexpected errors."""
+    return [counted(gateway, f'mixpr_requests_total{{path="{path}",status="500"}}'),
+            counted(gateway, f'mixpr_unexpected_errors_total{{path="{path}"}}')]
+
+
 def test_a_bug_is_a_500_in_the_api_shape_counted_and_logged_in_one_line(gateway: Gateway) -> None:
-    before = [counted(gateway, REQUESTS_500), counted(gateway, UNEXPECTED_CHAT)]
+    before = errors_counted(gateway, "/v1/chat/completions")
     response = ask(gateway, "bug")
     assert response.status_code == 500
     assert response.json() == {"error": {"message": "The gateway hit an internal error.",
                                          "type": "api_error", "param": None, "code": "internal_error"}}
-    assert [counted(gateway, REQUESTS_500), counted(gateway, UNEXPECTED_CHAT)] == [n + 1 for n in before]
+    assert errors_counted(gateway, "/v1/chat/completions") == [n + 1 for n in before]
     log = gateway.new_log()
     assert SECRET not in log and "Traceback" not in log, log
     [line] = log.splitlines()
@@ -154,14 +158,11 @@ def test_a_bug_is_a_500_in_the_api_shape_counted_and_logged_in_one_line(gateway:
 
 
 def test_a_bug_in_a_middleware_is_the_same_500(gateway: Gateway) -> None:
-    before = [counted(gateway, REQUESTS_500.replace("/v1/chat/completions", "/v1/models")),
-              counted(gateway, UNEXPECTED_CHAT.replace("/v1/chat/completions", "/v1/models"))]
+    before = errors_counted(gateway, "/v1/models")
     response = httpx.get(gateway.url + "/v1/models?bug")
     assert response.status_code == 500
     assert response.json()["error"]["code"] == "internal_error"
-    assert [counted(gateway, REQUESTS_500.replace("/v1/chat/completions", "/v1/models")),
-            counted(gateway, UNEXPECTED_CHAT.replace("/v1/chat/completions", "/v1/models"))] == [
-        n + 1 for n in before]
+    assert errors_counted(gateway, "/v1/models") == [n + 1 for n in before]
     log = gateway.new_log()
     assert "Traceback" not in log, log
     [line] = log.splitlines()
@@ -169,16 +170,16 @@ def test_a_bug_in_a_middleware_is_the_same_500(gateway: Gateway) -> None:
 
 
 def test_a_bug_after_the_answer_went_out_leaves_the_answer_whole_and_is_counted(gateway: Gateway) -> None:
-    before = counted(gateway, 'mixpr_unexpected_errors_total{path="/v1/models"}')
+    before = errors_counted(gateway, "/v1/models")
     response = httpx.get(gateway.url + "/v1/models?bug-after")
     assert response.status_code == 200 and response.json()["data"][0]["id"] == "bug"
-    assert counted(gateway, 'mixpr_unexpected_errors_total{path="/v1/models"}') == before + 1
+    assert errors_counted(gateway, "/v1/models") == [before[0], before[1] + 1]
     [line] = gateway.new_log().splitlines()
     assert "LookupError on /v1/models after the response was sent" in line, line
 
 
 def test_a_bug_after_the_stream_started_cuts_the_stream_and_is_counted(gateway: Gateway) -> None:
-    before = counted(gateway, UNEXPECTED_CHAT)
+    before = errors_counted(gateway, "/v1/chat/completions")
     received = b""
     with pytest.raises(httpx.RemoteProtocolError):  # cut, never a stream that looks complete
         with httpx.stream("POST", gateway.url + "/v1/chat/completions", timeout=30,
@@ -188,7 +189,7 @@ def test_a_bug_after_the_stream_started_cuts_the_stream_and_is_counted(gateway: 
             for piece in reply.iter_bytes():
                 received += piece
     assert b"chat.completion.chunk" in received and b"[DONE]" not in received
-    assert counted(gateway, UNEXPECTED_CHAT) == before + 1
+    assert errors_counted(gateway, "/v1/chat/completions") == [before[0], before[1] + 1]  # it was a 200
     log = gateway.new_log()
     assert SECRET not in log and "Traceback" not in log, log
     [line] = [line for line in log.splitlines() if "unexpected error" in line]
