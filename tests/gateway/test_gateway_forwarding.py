@@ -6,8 +6,11 @@ import json
 
 import httpx
 import openai
+import pytest
 from conftest import UPSTREAM_KEY
+from corpus import QUESTION, haystack
 from fake_upstream import REPLY_TEXT, FakeUpstream
+from prometheus_client.parser import text_string_to_metric_families
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},
@@ -112,10 +115,33 @@ def test_health_endpoints(gateway_url: str) -> None:
     assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
 
 
-def test_metrics_count_requests_and_tokens(client: openai.OpenAI, gateway_url: str) -> None:
-    client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "count me"}])
+def _scrape(gateway_url: str) -> dict[tuple[str, tuple], float]:
+    """Every sample of ``/metrics``, by name and labels (what a Prometheus server stores)."""
     text = httpx.get(gateway_url + "/metrics").text
-    assert 'mixpr_requests_total{path="/v1/chat/completions",status="200"}' in text
-    assert 'mixpr_chat_requests_total{action="passthrough",model="gpt-test"}' in text
-    assert 'mixpr_prompt_tokens_in_total{model="gpt-test"}' in text
-    assert "mixpr_compression_seconds_bucket" in text or "mixpr_compression_seconds" in text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_count_requests_and_tokens(client: openai.OpenAI, gateway_url: str) -> None:
+    """The session's gateway is shared, so each counter is read before and after this test's requests."""
+    long_prompt = haystack(600, seed=31) + "\n\n" + QUESTION  # about 11k tokens; "small" holds 3k
+    before = _scrape(gateway_url)
+    client.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "count me"}])
+    raw = client.chat.completions.with_raw_response.create(
+        model="small", messages=[{"role": "user", "content": long_prompt}])
+    after = _scrape(gateway_url)
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    original, compressed = (int(raw.headers[f"x-mixpr-{h}-tokens"]) for h in ("original", "compressed"))
+    assert grew("mixpr_requests_total", path="/v1/chat/completions", status="200") == 2
+    assert grew("mixpr_chat_requests_total", action="passthrough", model="gpt-test") == 1
+    assert grew("mixpr_chat_requests_total", action="compressed", model="small") == 1
+    assert grew("mixpr_prompt_tokens_in_total", model="small") == original
+    assert grew("mixpr_prompt_tokens_out_total", model="small") == compressed
+    assert grew("mixpr_prompt_tokens_saved_total", model="small") == original - compressed > 8000
+    assert grew("mixpr_compression_seconds_count", model="small") == 1
+    seconds = grew("mixpr_compression_seconds_sum", model="small")
+    assert seconds == pytest.approx(float(raw.headers["x-mixpr-compress-ms"]) / 1000, abs=0.001)
