@@ -24,7 +24,6 @@ from gateway.compression import Compressor
 from gateway.config import GatewayConfig
 from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
-from gateway.model_tokens import ServerCounter
 from gateway.workers import Workers
 
 log = logging.getLogger("gateway.app")
@@ -73,8 +72,6 @@ class GatewayState:
         await compressor.start(with_router=auto)
         self.managed = self._managed_servers()
         self.chat.managed = self.managed
-        # A managed server counts its own tokens: the prompt is checked with it before it is sent.
-        self.chat.counters = {name: ServerCounter(server.base_url) for name, server in self.managed.items()}
         # Models load in the background: liveliness answers at once, readiness once they answer.
         self._starting = asyncio.create_task(self._start_managed())
         self.started = True
@@ -86,8 +83,7 @@ class GatewayState:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._starting
             await self._stop_managed()
-            for counter in self.chat.counters.values():
-                await counter.aclose()
+            await self.chat.aclose()
             compressor.close()
 
     def _managed_servers(self) -> dict[str, Any]:

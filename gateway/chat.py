@@ -54,7 +54,7 @@ class ChatService:
     compressor: Compressor
     metrics: Metrics
     managed: dict[str, Any] = field(default_factory=dict)  # model_name -> its ManagedServer
-    counters: dict[str, model_tokens.ServerCounter] = field(default_factory=dict)  # exact, by model_name
+    counters: dict[str, model_tokens.ServerCounter] = field(init=False)  # exact counts, by model_name
 
     def __post_init__(self) -> None:
         default = self.config.general_settings.default_max_input_tokens
@@ -63,9 +63,14 @@ class ChatService:
         self.settings = {m.model_name: m.settings(self.config.mixpr_settings) for m in self.config.model_list}
         self.scales = {m.model_name: 1 + model_tokens.margin(m, self.settings[m.model_name])
                        for m in self.config.model_list}
+        self.counters = model_tokens.server_counters(self.config.model_list)
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         self.prefixes = Prefixes(self.compressor, cache_bytes=self.config.general_settings.prefix_cache_bytes,
                                  metrics=self.metrics)
+
+    async def aclose(self) -> None:
+        for counter in self.counters.values():
+            await counter.aclose()
 
     def entry(self, model: str) -> ModelEntry:
         entry = self.config.model(model)

@@ -48,6 +48,12 @@ def calibrated(scale: float, estimated: int, exact: int) -> float:
     return scale * exact / max(1, estimated) * (1 + CALIBRATION_SLACK)
 
 
+def server_counters(entries: list[ModelEntry]) -> dict[str, ServerCounter]:
+    """A counter for each model whose server the gateway runs, at the address requests go to."""
+    return {entry.model_name: ServerCounter(entry.litellm_params["api_base"]) for entry in entries
+            if entry.managed_server and isinstance(entry.litellm_params.get("api_base"), str)}
+
+
 class ServerCounter:
     """A chat request's prompt tokens as a llama.cpp server counts them (template included)."""
 
