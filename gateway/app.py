@@ -84,6 +84,7 @@ class GatewayState:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._starting
             await self._stop_managed()
+            await self.chat.aclose()
             compressor.close()
 
     def _managed_servers(self) -> dict[str, Any]:

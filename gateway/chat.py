@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway import self_route, upstream
+from gateway import model_tokens, self_route, upstream
 from gateway.compression import Compressor, Outcome, Router
 from gateway.config import GatewayConfig, MixprSettings, ModelEntry, max_input_tokens
 from gateway.errors import ModelNotFound, ModelUnavailable, UpstreamError
@@ -24,6 +24,7 @@ from gateway.prefix import Prefixes, Request
 log = logging.getLogger("gateway.chat")
 
 ROUTER_MAX_TOKENS = 2  # "y" or "n", with room for a tokenizer that splits off a leading space
+CALIBRATIONS = 3  # times a request is prepared again after its model's server counted it over the window
 
 
 @dataclass(frozen=True)
@@ -53,15 +54,23 @@ class ChatService:
     compressor: Compressor
     metrics: Metrics
     managed: dict[str, Any] = field(default_factory=dict)  # model_name -> its ManagedServer
+    counters: dict[str, model_tokens.ServerCounter] = field(init=False)  # exact counts, by model_name
 
     def __post_init__(self) -> None:
         default = self.config.general_settings.default_max_input_tokens
         # Looked up once: LiteLLM's model map is a large dict, and windows do not change.
         self.windows = {m.model_name: max_input_tokens(m, default) for m in self.config.model_list}
         self.settings = {m.model_name: m.settings(self.config.mixpr_settings) for m in self.config.model_list}
+        self.scales = {m.model_name: 1 + model_tokens.margin(m, self.settings[m.model_name])
+                       for m in self.config.model_list}
+        self.counters = model_tokens.server_counters(self.config.model_list)
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         self.prefixes = Prefixes(self.compressor, cache_bytes=self.config.general_settings.prefix_cache_bytes,
                                  metrics=self.metrics)
+
+    async def aclose(self) -> None:
+        for counter in self.counters.values():
+            await counter.aclose()
 
     def entry(self, model: str) -> ModelEntry:
         entry = self.config.model(model)
@@ -114,14 +123,38 @@ class ChatService:
                        added: int = 0, *, prefix: bool = False, more_evidence: bool = False) -> Outcome:
         """``prefix``: keep the bytes sent for the conversation's earlier turns (escalations do not:
         they ask about the whole conversation afresh)."""
-        target = Target(entry.upstream_model, self.windows[entry.model_name], _reserve(call.params, settings),
-                        _reserve_param(call.params), added)
+        name = entry.model_name
+        target = Target(entry.upstream_model, self.windows[name], _reserve(call.params, settings),
+                        _reserve_param(call.params), added, self.scales[name])
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
-                          self.routers.get(settings.router_model or entry.model_name), more)
+                          self.routers.get(settings.router_model or name), more)
+        outcome = await self._decide(request, name, prefix)
+        counter = self.counters.get(name)
+        if counter is None or control.enabled is False:
+            return outcome
+        return await self._counted(counter, request, name, prefix, outcome)
+
+    async def _decide(self, request: Request, name: str, prefix: bool) -> Outcome:
         if prefix:
-            return await self.prefixes.prepare(request, entry.model_name)
+            return await self.prefixes.prepare(request, name)
         return await self.prefixes.today(request)
+
+    async def _counted(self, counter: model_tokens.ServerCounter, request: Request, name: str,
+                       prefix: bool, outcome: Outcome) -> Outcome:
+        """``outcome`` as the model's own server counts it; prepared again at the scale that count
+        implies while it does not fit (the estimate's margin was too small for this text)."""
+        for _ in range(CALIBRATIONS):
+            exact = await counter.count(outcome.messages, request.tools)
+            if exact is None:  # the server could not count: the estimate stands
+                return outcome
+            if exact <= request.target.limit:
+                original = exact if outcome.action == "passthrough" else outcome.original_tokens
+                return replace(outcome, original_tokens=original, final_tokens=exact)
+            scale = model_tokens.calibrated(request.target.scale, outcome.final_tokens, exact)
+            request = replace(request, target=replace(request.target, scale=scale))
+            outcome = await self._decide(request, name, prefix)
+        return outcome  # still over: the upstream's own refusal reaches the client
 
     async def _self_routed(self, entry: ModelEntry, call: ChatCall, outcome: Outcome,
                            plan: self_route.Escalation) -> ChatReply:

@@ -120,17 +120,18 @@ class Compressor:
     async def fixed_tokens(self, pool: Ticket, conv: conversation.Conversation, target: Target,
                            tools: Any) -> int:
         """What compression never shrinks: verbatim text, framing, media and tool definitions."""
-        fixed = await self.count(pool, conv.verbatim_text, target.model)  # a huge system prompt happens
+        fixed = await self.count(pool, conv.verbatim_text, target)  # a huge system prompt happens
         fixed += conversation.overhead_tokens(conv, target.model)
         if tools:  # tool schemas can be megabytes too: counted like any other text
-            fixed += await self.count(pool, json.dumps(tools), target.model)
+            fixed += await self.count(pool, json.dumps(tools), target)
         return fixed
 
-    async def count(self, pool: Ticket, text: str, model: str) -> int:
-        """Tokens of ``text``: on the loop when short, else in the pool."""
+    async def count(self, pool: Ticket, text: str, target: Target) -> int:
+        """The target model's tokens in ``text`` (``Target.tokens``): counted on the loop when short,
+        else in the pool."""
         if len(text) < INLINE_COUNT_CHARS:
-            return count_tokens(text, model)
-        return await pool.run(count_tokens, text, model)
+            return target.tokens(count_tokens(text, target.model))
+        return target.tokens(await pool.run(count_tokens, text, target.model))
 
     async def passes(self, pool: Ticket, messages: list[dict[str, Any]], *, tools: Any, target: Target,
                      settings: MixprSettings, control: Control) -> bool:
@@ -150,7 +151,7 @@ class Compressor:
         # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
         if threshold is not None and len(conv.text) > CHARS_PER_TOKEN_CEILING * threshold:
             return conv, fixed, None, False
-        stream_tokens = await self.count(pool, conv.text, target.model)
+        stream_tokens = await self.count(pool, conv.text, target)
         return conv, fixed, stream_tokens, threshold is None or stream_tokens + fixed <= threshold
 
     async def _prepare(
@@ -195,7 +196,7 @@ class Compressor:
         log.debug("traceback", exc_info=exc)
         # Over this many characters it cannot fit: no need to count (and the pool may be down).
         if stream_tokens is None and len(conv.text) <= CHARS_PER_TOKEN_CEILING * target.limit:
-            stream_tokens = await self.count(pool, conv.text, target.model)
+            stream_tokens = await self.count(pool, conv.text, target)
         if stream_tokens is not None and stream_tokens + fixed <= target.limit:
             total = stream_tokens + fixed
             return Outcome(messages, "passthrough", total, total, failed_open=True)
@@ -203,7 +204,7 @@ class Compressor:
             total = stream_tokens + fixed if stream_tokens is not None else None
             raise _unavailable(exc.cause, total, target) from exc
         if stream_tokens is None:
-            stream_tokens = await self.count(pool, conv.text, target.model)
+            stream_tokens = await self.count(pool, conv.text, target)
         # MixPR itself raised: a server fault that a retry of the same prompt would hit again, so a
         # 500 without Retry-After, never a 4xx (the client's prompt was fine).
         raise CompressionFailed(
@@ -254,19 +255,22 @@ class Compressor:
         started = time.perf_counter()
         asked = budget
         for _ in range(MAX_ATTEMPTS):
+            # MixPR counts with tiktoken: budgets go in, counts come back, in its units.
+            counted = target.counted(stream_tokens) if stream_tokens is not None else None
             spans, stats = await pool.run(
-                compress_job, conv.text, budget_tokens=budget, route=route, method=settings.method,
-                model=target.model, boundaries=conv.boundaries, original_tokens=stream_tokens,
-                query_span=conv.query_span,
+                compress_job, conv.text, budget_tokens=target.counted(budget), route=route,
+                method=settings.method, model=target.model, boundaries=conv.boundaries,
+                original_tokens=counted, query_span=conv.query_span,
                 router=router if route == "auto" else None,
             )
             if key and stats.get("router") == "llm":
                 self.routes.put(key, stats["route"])
             route = stats.get("route") or route  # a retry with a smaller budget keeps the decision
-            stream_tokens = stats["original_tokens"]  # counted by MixPR when we skipped it
+            if stream_tokens is None:  # counted by MixPR when we skipped it
+                stream_tokens = target.tokens(stats["original_tokens"])
             messages = conversation.rebuild(conv, spans)
             # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
-            final = await self.count(pool, conversation.split(messages).text, target.model) + fixed
+            final = await self.count(pool, conversation.split(messages).text, target) + fixed
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),

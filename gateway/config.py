@@ -78,6 +78,9 @@ class MixprSettings(_Strict):
     completion_reserve_tokens: int = Field(1024, ge=0)
     router_timeout_s: float = Field(10.0, gt=0)
     method: str = "mixpr"
+    # Counts (tiktoken's) are multiplied by 1 + this for models whose tokenizer the gateway lacks;
+    # null: 0 for OpenAI models and managed servers (counted exactly), else 0.25 (gateway.model_tokens).
+    token_margin: float | None = Field(None, ge=0, le=4)
 
 
 class MixprOverrides(_Strict):
@@ -93,6 +96,7 @@ class MixprOverrides(_Strict):
     completion_reserve_tokens: int | None = Field(None, ge=0)
     router_timeout_s: float | None = Field(None, gt=0)
     method: str | None = None
+    token_margin: float | None = Field(None, ge=0, le=4)
 
 
 class ModelInfo(BaseModel):

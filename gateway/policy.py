@@ -6,6 +6,7 @@ models read worse past 32-64k tokens); a number is a cost budget and means that 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gateway.config import MixprSettings
@@ -32,10 +33,19 @@ class Target:
     reserve: int
     reserve_param: str | None = None  # "max_tokens" when the client set the reserve, for errors
     added: int = 0  # tokens the gateway adds after compression (the Self-Route instruction)
+    scale: float = 1.0  # the model's tokens per tiktoken token: 1 + token_margin (gateway.model_tokens)
 
     @property
     def limit(self) -> int:
         return self.window - self.reserve - self.added
+
+    def tokens(self, counted: int) -> int:
+        """The model's tokens for a tiktoken count (rounded up: a margin errs towards compressing)."""
+        return counted if self.scale == 1 else math.ceil(counted * self.scale)
+
+    def counted(self, tokens: int) -> int:
+        """The tiktoken count within ``tokens`` of the model's: how budgets are passed to MixPR."""
+        return tokens if self.scale == 1 else max(1, int(tokens / self.scale))
 
 
 def threshold(target: Target, settings: MixprSettings, control: Control) -> int | None:

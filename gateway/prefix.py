@@ -250,7 +250,7 @@ class Prefixes:
             share = int(budget * min(1.0, request.settings.prefix.evidence * more))
             spans = await self._evidence(ticket, request, anchor, before, question, share)
         sent = [*before.sent, *with_evidence(new, evidence_block(anchor.text, spans))]
-        stream = await self.compressor.count(ticket, conversation.split(sent).text, request.target.model)
+        stream = await self.compressor.count(ticket, conversation.split(sent).text, request.target)
         if stream > budget:
             return None
         used = merge([*before.used, *spans])
@@ -264,7 +264,8 @@ class Prefixes:
         route = request.control.route or request.settings.router
         route = route if route in ("local", "global") else "heuristic"  # no LLM call per turn
         return await ticket.run(evidence_job, anchor.text, gaps, anchor.boundaries, question,
-                                budget_tokens=budget, route=route, method=request.settings.method,
+                                budget_tokens=request.target.counted(budget), route=route,
+                                method=request.settings.method,
                                 model=request.target.model)
 
     async def _outcome(self, ticket: Ticket, request: Request, before: Turn | None, turn: Turn,
@@ -273,7 +274,7 @@ class Prefixes:
             return Outcome(request.messages, "passthrough", turn.tokens, turn.tokens,
                            reused_tokens=before.tokens if before else 0)
         text = conversation.split(request.messages).text
-        original = await self.compressor.count(ticket, text, request.target.model) + turn.fixed_tokens
+        original = await self.compressor.count(ticket, text, request.target) + turn.fixed_tokens
         reused = before.tokens if before is not None and not turn.reset else 0
         sent = turn.sent
         if request.settings.prefix.breakpoint:  # after a reset nothing before this turn repeats

@@ -45,6 +45,15 @@ def encoding_for(model: str | None) -> tiktoken.Encoding:
         return tiktoken.get_encoding(DEFAULT_ENCODING)
 
 
+def has_encoding(model: str | None) -> bool:
+    """Whether tiktoken knows ``model`` (an OpenAI model), so that its counts are the model's own."""
+    try:
+        tiktoken.encoding_for_model((model or "").rsplit("/", 1)[-1])
+    except KeyError:
+        return False
+    return True
+
+
 def count_tokens(text: str, model: str | None = None) -> int:
     """Exact token count of ``text`` for ``model`` (special tokens counted as plain text)."""
     return len(encoding_for(model).encode_ordinary(text))

@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
+from gateway.remote_files import ANTHROPIC, refuse_urls
 
 log = logging.getLogger("gateway.api.anthropic_messages")
 
@@ -60,6 +61,7 @@ async def messages(request: Request) -> Response:
 def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
     """The Messages request as a chat call, and the adapter's map of shortened tool names."""
     _validate(body)
+    refuse_urls(body["messages"], ANTHROPIC)
     control = parse_control(body.get("mixpr"), headers)
     request = {k: v for k, v in body.items() if k not in ("mixpr", "stream")}
     try:

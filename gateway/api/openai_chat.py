@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
+from gateway.remote_files import CHAT, refuse_urls
 from gateway.upstream import USER_PART_TYPES
 
 log = logging.getLogger("gateway.api.openai_chat")
@@ -40,6 +41,7 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
     if not isinstance(model, str) or not model:
         raise BadRequest("You must provide a model parameter.", param="model")
     messages = validate_messages(body.get("messages"))
+    refuse_urls(messages, CHAT)  # not in validate_messages: the guardrail API forwards nothing
     validate_params(body)
     control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in body.items() if k not in ("model", "messages", "mixpr", "stream")}

@@ -28,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
+from gateway.remote_files import RESPONSES, refuse_urls
 
 log = logging.getLogger("gateway.api.openai_responses")
 
@@ -66,6 +67,8 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
         raise BadRequest("You must provide a model parameter.", param="model")
     _refuse_state(body)
     _validate(body)
+    if isinstance(body["input"], list):
+        refuse_urls(body["input"], RESPONSES)
     control = parse_control(body.get("mixpr"), headers)
     stream = bool(body.get("stream"))
     options = {k: v for k, v in body.items() if k not in ("model", "input", "mixpr", "stream")}

@@ -21,6 +21,8 @@ import httpx
 import pytest
 import yaml
 
+from mixpr.tokens import count_tokens
+
 ROOT = Path(__file__).resolve().parents[2]
 BOOK = ROOT / "examples" / "alice_in_wonderland.txt"
 QUESTION = "Question: what was the White Rabbit holding when Alice first saw it run by?"
@@ -186,3 +188,30 @@ def test_a_killed_model_server_comes_back(gateway_url):
             time.sleep(0.25)
         assert http.post("/v1/chat/completions", json=chat).status_code == 200
         assert 'mixpr_managed_server_restarts_total{model="local"} 1.0' in http.get("/metrics").text
+
+
+def test_a_prompt_that_fits_by_openais_count_but_not_smollm2s_is_compressed_and_answered(client):
+    """At the window's edge: cl100k counts this prompt under the 8k window (the reply's 16 tokens
+    kept free), SmolLM2's own tokenizer over it, so llama.cpp would refuse it as sent."""
+    text = f"{BOOK.read_text()[:31_500]}\n\n{QUESTION}"
+    framing = 4 + 3  # the gateway's per-message and reply-priming tokens
+    assert count_tokens(text, "openai/smollm2") + framing <= N_CTX - 16
+    raw = client.chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": text}], max_tokens=16, temperature=0
+    )
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert int(raw.headers["x-mixpr-original-tokens"]) > N_CTX  # counted in SmolLM2's tokens
+    completion = raw.parse()
+    assert completion.choices[0].message.content.strip()
+    # The managed server's own tokenizer counted what was sent: exactly what llama.cpp read.
+    assert completion.usage.prompt_tokens == int(raw.headers["x-mixpr-compressed-tokens"])
+
+
+def test_a_short_prompt_is_counted_as_the_embedded_model_counts_it(client):
+    raw = client.chat.completions.with_raw_response.create(
+        model="local", messages=[{"role": "user", "content": "Count 1234567 and say hi."}], max_tokens=2
+    )
+    assert raw.headers["x-mixpr-action"] == "passthrough"
+    # llama.cpp's chat template adds a default system prompt and splits every digit: far from cl100k.
+    counted = int(raw.headers["x-mixpr-compressed-tokens"])
+    assert counted == int(raw.headers["x-mixpr-original-tokens"]) == raw.parse().usage.prompt_tokens

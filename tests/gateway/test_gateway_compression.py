@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import math
 
 import httpx
 import openai
@@ -12,7 +13,9 @@ from conftest import MASTER_KEY, SMALL_WINDOW
 from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import REPLY_TEXT, FakeUpstream
 
+from gateway import conversation
 from gateway.conversation import DROPPED
+from gateway.model_tokens import DEFAULT_MARGIN
 from mixpr.tokens import count_tokens
 
 SYSTEM = "You answer questions about the document the user sends."
@@ -29,6 +32,13 @@ def _long_messages(seed: int = 0, needle: str = NEEDLE, question: str = QUESTION
 def _prompt_tokens(messages: list[dict]) -> int:
     """OpenAI's accounting, with the encoding the gateway picks for upstream model ``openai/small``."""
     return sum(count_tokens(m["content"], "openai/small") + 4 for m in messages) + 3
+
+
+def _model_tokens(messages: list[dict]) -> int:
+    """The gateway's estimate in ``openai/small``'s tokens: tiktoken does not know the model, so its
+    count of the text is raised by the default margin; framing is counted as for OpenAI."""
+    text = conversation.SEPARATOR.join(m["content"] for m in messages)
+    return math.ceil(count_tokens(text, "openai/small") * (1 + DEFAULT_MARGIN)) + 4 * len(messages) + 3
 
 
 def _chat_requests(upstream: FakeUpstream, model: str) -> list[dict]:
@@ -174,7 +184,7 @@ def test_compression_failure_on_a_prompt_that_cannot_fit(
                           headers={"Authorization": f"Bearer {MASTER_KEY}"})
     assert response.status_code == 500  # the gateway's fault, not the client's
     assert response.json() == {"error": {
-        "message": f"The prompt is {_prompt_tokens(messages)} tokens but the model accepts 3000 "
+        "message": f"The prompt is {_model_tokens(messages)} tokens but the model accepts 3000 "
                    "(with 1024 kept for the reply), and compressing it failed on the server (_Boom), "
                    "so it was not sent.",
         "type": "api_error", "param": None, "code": "compression_failed"}}
