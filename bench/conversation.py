@@ -138,7 +138,8 @@ def config(upstream: str, headroom: float | None, evidence: float | None) -> dic
             models.append({"model_name": name, "model_info": settings["model_info"], "mixpr": mixpr,
                            "litellm_params": {"model": f"openai/{name}", "api_base": upstream,
                                               "api_key": "x"}})
-    return {"model_list": models, "mixpr_settings": {"router": "heuristic"},
+    # token_margin 0: the simulated provider is priced in tiktoken's tokens, like OpenAI's models.
+    return {"model_list": models, "mixpr_settings": {"router": "heuristic", "token_margin": 0},
             "general_settings": {"compression_workers": 2, "compression_executor": "thread",
                                  "compression_timeout_s": 300}}
 
