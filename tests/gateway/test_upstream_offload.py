@@ -1,11 +1,12 @@
 """Big upstream requests are built off the event loop (``gateway.upstream_offload``), over real HTTP.
 
 One chat message of 19,000 tiny parts (under ``max_body_objects``) takes the openai SDK seconds to
-walk before it is sent upstream. A gateway process serves it while one client sends short requests
-one after another: those sent in the second half of the big request's flight must still reach the
-upstream before the big one does. With the walk on the loop, none can (the loop runs nothing else
-until the big request is on the wire). Embeddings and legacy completions with many inputs go
-through the worker threads whole, and must answer as the small path does, errors included.
+walk before it is sent upstream. A gateway (uvicorn, real sockets) serves it while one client sends
+short requests one after another: those sent in the second half of the big request's flight must
+still reach the upstream before the big one does. With the walk on the loop, at most the one caught
+waiting can (the loop runs nothing else until the big request is on the wire). Embeddings and
+legacy completions with many inputs go through the worker threads whole, and must answer as the
+small path does, errors included.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ PARTS = 19_000  # under the default max_body_objects (20,000)
 
 
 @pytest.fixture(scope="module")
-def gateway_process(upstream: FakeUpstream) -> Iterator[str]:
+def big_gateway(upstream: FakeUpstream) -> Iterator[str]:
     """A gateway with ``big``, a model whose window the 19,000 parts fit in, so they are forwarded
     as they are (MixPR in a thread: no worker process to wait for)."""
     raw = gateway_config(upstream.base_url)
@@ -80,11 +81,11 @@ def _big_chat(http: httpx.Client, stream: bool) -> httpx.Response:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_short_requests_overtake_a_request_of_19000_parts_while_it_is_built(
-    gateway_process: str, upstream: FakeUpstream, stream: bool
+    big_gateway: str, upstream: FakeUpstream, stream: bool
 ) -> None:
     upstream.clear()
-    with httpx.Client(base_url=gateway_process, headers=AUTH, timeout=300) as http:
-        with ShortSender(gateway_process) as shorts:
+    with httpx.Client(base_url=big_gateway, headers=AUTH, timeout=300) as http:
+        with ShortSender(big_gateway) as shorts:
             began = time.monotonic()
             _big_chat(http, stream)
             ended = time.monotonic()
