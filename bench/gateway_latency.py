@@ -252,16 +252,34 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
     return summarize(latencies) | {"busy_s": busy_s, "big_requests": big_count}
 
 
-async def short_during_parts(gateway: str, session: aiohttp.ClientSession, parts: int) -> dict[str, Any]:
-    """Short requests (one client, 10 ms apart) while one message of ``parts`` one-letter text parts
-    is answered: its status and time, and the short requests' latency meanwhile."""
+async def paced(done: asyncio.Event, call: Callable[[], Awaitable[Any]], latencies: list[float],
+                every_s: float) -> None:
+    """Start ``call`` every ``every_s`` seconds, each on its own (open loop: a stalled gateway makes
+    them pile up, as independent clients would), until ``done``; their latencies in ms."""
+    async def one() -> None:
+        started = time.perf_counter()
+        await call()
+        latencies.append((time.perf_counter() - started) * 1000)
+
+    tasks = []
+    while not done.is_set():
+        tasks.append(asyncio.create_task(one()))
+        await asyncio.sleep(every_s)
+    await asyncio.gather(*tasks)
+
+
+async def short_during_parts(gateway: str, session: aiohttp.ClientSession, parts: int,
+                             model: str = "big") -> dict[str, Any]:
+    """Short requests (one started every 100 ms) while one message of ``parts`` one-letter text parts
+    is answered by ``model`` ("big" has room for it, so it is forwarded: LiteLLM builds the upstream
+    request part by part): its status and time, and the short requests' latency meanwhile."""
     short = gateway_call(session, gateway, "echo", SHORT)
     await run_load(short, 50, 1)  # warm
     content = [{"type": "text", "text": "w"} for _ in range(parts)]
-    payload = json.dumps({"model": "echo", "messages": [{"role": "user", "content": content}]}).encode()
+    payload = json.dumps({"model": model, "messages": [{"role": "user", "content": content}]}).encode()
     latencies: list[float] = []
     done = asyncio.Event()
-    task = asyncio.create_task(time_until(done, short, latencies, pause_s=0.01))
+    task = asyncio.create_task(paced(done, short, latencies, every_s=0.1))
     started = time.perf_counter()
     async with session.post(gateway + "/v1/chat/completions", data=payload,
                             headers={"content-type": "application/json"}) as response:
@@ -269,9 +287,10 @@ async def short_during_parts(gateway: str, session: aiohttp.ClientSession, parts
     elapsed = time.perf_counter() - started
     done.set()
     await task
-    return {"parts": parts, "body_mb": len(payload) / 1e6, "status": response.status, "seconds": elapsed,
-            "error": body[:200].decode(errors="replace") if response.status != 200 else None,
-            "short_meanwhile_ms": summarize(latencies)}
+    error = body[:200].decode(errors="replace") if response.status != 200 else None
+    return {"parts": parts, "model": model, "body_mb": len(payload) / 1e6, "status": response.status,
+            "seconds": elapsed, "error": error,
+            "short_meanwhile_ms": summarize(latencies) | {"max": max(latencies)}}
 
 
 # -- recall through the gateway ---------------------------------------------------------------------
@@ -362,7 +381,8 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                 results: dict[str, Any] = {"gateway_workers": args.gateway_workers, "executor": args.executor,
                                            "uvloop": _has("uvloop"), "httptools": _has("httptools")}
                 if args.parts_only:  # issue #16: one request of many tiny parts
-                    results["many_parts"] = await short_during_parts(gateway, session, args.parts_only)
+                    results["many_parts"] = await short_during_parts(gateway, session, args.parts_only,
+                                                                     args.parts_model)
                     print(json.dumps(results["many_parts"], indent=2))
                     return results
                 for concurrency in () if args.skip_passthrough else (1, 32):
@@ -445,6 +465,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--recall-seeds", type=int, default=2)
     parser.add_argument("--parts-only", type=int, default=0, metavar="N",
                         help="only: short requests while one message of N tiny text parts is answered")
+    parser.add_argument("--parts-model", choices=["big", "echo"], default="big",
+                        help="the model of --parts-only: big (128k window, forwarded) or echo (8k, refused)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
     if args.quick:

@@ -15,8 +15,8 @@ import contextlib
 import functools
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -24,6 +24,7 @@ import litellm
 import openai
 from litellm.types.llms.openai import ValidUserMessageContentTypes
 
+from gateway import upstream_offload
 from gateway.config import ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
 
@@ -34,6 +35,8 @@ litellm.telemetry = False
 # Retrying is the client's call (it sees Retry-After). Every call passes max_retries=0, but LiteLLM's
 # OpenAI embedding path reads it as ``max_retries or DEFAULT_MAX_RETRIES``, so 0 must be the default.
 litellm.DEFAULT_MAX_RETRIES = 0
+upstream_offload.install()  # big requests are built off the event loop
+T = TypeVar("T")
 
 # LiteLLM client options: never taken from a request body, whatever LiteLLM would accept.
 CLIENT_OPTIONS = frozenset({
@@ -124,12 +127,22 @@ async def _mapped(call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
 
 
 async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``litellm.aembedding``'s answer as the JSON the client receives."""
+    """``litellm.aembedding``'s answer as the JSON the client receives; a big input (and its as big
+    answer) is handled in a worker thread (``gateway.upstream_offload``)."""
+    if upstream_offload.is_big(kwargs):
+        return await _offloaded(_embedding_answer, kwargs)
     return (await _mapped(litellm.aembedding, **kwargs)).model_dump()
 
 
+def _embedding_answer(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return litellm.embedding(**kwargs).model_dump()
+
+
 async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A non-streaming legacy completion (``litellm.atext_completion``) as JSON."""
+    """A non-streaming legacy completion (``litellm.atext_completion``) as JSON; a list of many
+    prompts (and its as long answer) is handled in a worker thread."""
+    if upstream_offload.is_big(kwargs):
+        return await _offloaded(_text_answer, kwargs)
     try:
         async with _closed_client(kwargs) as client:
             response = await litellm.atext_completion(**kwargs, **({"client": client} if client else {}))
@@ -138,23 +151,54 @@ async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
     return response.model_dump()
 
 
+def _text_answer(kwargs: dict[str, Any]) -> dict[str, Any]:
+    with _own_client(kwargs) as client:
+        return litellm.text_completion(**kwargs, **({"client": client} if client else {})).model_dump()
+
+
+async def _offloaded(blocking: Callable[[dict[str, Any]], T], kwargs: dict[str, Any]) -> T:
+    try:
+        return await upstream_offload.run(blocking, kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+
+
 @contextlib.asynccontextmanager
 async def _closed_client(kwargs: dict[str, Any]) -> AsyncIterator[openai.AsyncOpenAI | None]:
     """For OpenAI-compatible servers, an HTTP client closed after the call: for a non-streaming
     legacy completion LiteLLM opens one per call and never closes it (sockets wait for the GC)."""
-    try:
-        _, provider, _, _ = litellm.get_llm_provider(kwargs["model"], api_base=kwargs.get("api_base"))
-    except Exception:  # an unknown provider: LiteLLM will say so itself
-        provider = None
-    if provider not in ("openai", "text-completion-openai"):
+    if not _is_openai_compatible(kwargs):
         yield None
         return
-    client = openai.AsyncOpenAI(api_key=kwargs.get("api_key"), base_url=kwargs.get("api_base"),
-                                timeout=kwargs.get("timeout"), max_retries=0)
+    client = openai.AsyncOpenAI(**_client_options(kwargs))
     try:
         yield client
     finally:
         await client.close()
+
+
+@contextlib.contextmanager
+def _own_client(kwargs: dict[str, Any]) -> Iterator[openai.OpenAI | None]:
+    """``_closed_client`` for LiteLLM's blocking calls."""
+    client = openai.OpenAI(**_client_options(kwargs)) if _is_openai_compatible(kwargs) else None
+    try:
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _is_openai_compatible(kwargs: dict[str, Any]) -> bool:
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(kwargs["model"], api_base=kwargs.get("api_base"))
+    except Exception:  # an unknown provider: LiteLLM will say so itself
+        return False
+    return provider in ("openai", "text-completion-openai")
+
+
+def _client_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"api_key": kwargs.get("api_key"), "base_url": kwargs.get("api_base"),
+            "timeout": kwargs.get("timeout"), "max_retries": 0}
 
 
 async def open_text_stream(kwargs: dict[str, Any]) -> Any:
