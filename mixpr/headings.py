@@ -13,6 +13,8 @@ One sparse product; finding the headings is vectorised (only short first lines a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -22,19 +24,43 @@ MAX_HEADING_WORDS = 12
 HEADING_WEIGHT = 0.5
 
 
-def heading_texts(chunks: Chunks) -> tuple[list[str], np.ndarray]:
-    """The headings' texts, and for each chunk the index of its block's heading (-1: none, or the
-    chunk holds the heading itself)."""
+@dataclass(frozen=True)
+class Titles:
+    """The text's headings: ``firsts`` (each headed block's first chunk), ``texts``, ``owner`` (per chunk
+    the heading it counts, -1: none or it holds the heading), ``under`` (per chunk its block's heading,
+    the heading's own chunk included, -1: none)."""
+
+    firsts: np.ndarray
+    texts: list[str]
+    owner: np.ndarray
+    under: np.ndarray
+
+
+def titles(chunks: Chunks) -> Titles:
     firsts, line_ends = headed_blocks(chunks)
     starts = chunks.starts
     texts = [chunks.text[a:b] for a, b in zip(starts[firsts].tolist(), line_ends.tolist(), strict=True)]
+    heading = under(chunks, firsts)
+    owner = heading.copy()
+    has = np.flatnonzero(owner >= 0)
+    owner[has[starts[has] <= line_ends[owner[has]]]] = -1  # it holds its own words
+    return Titles(firsts, texts, owner, heading)
+
+
+def heading_texts(chunks: Chunks) -> tuple[list[str], np.ndarray]:
+    """The headings' texts, and for each chunk the index of its block's heading (-1: none, or the
+    chunk holds the heading itself)."""
+    found = titles(chunks)
+    return found.texts, found.owner
+
+
+def under(chunks: Chunks, firsts: np.ndarray) -> np.ndarray:
+    """For each chunk, the index (in ``firsts``, the headed blocks' first chunks) of the heading its
+    block opens with, the heading's own chunk included; -1 for a block without one."""
     block = np.cumsum(chunks.levels >= BLOCK) - 1  # chunk 0 always opens a block
     heading_of_block = np.full(block[-1] + 1 if len(block) else 0, -1, dtype=np.int64)
     heading_of_block[block[firsts]] = np.arange(len(firsts))
-    owner = heading_of_block[block]
-    has = np.flatnonzero(owner >= 0)
-    owner[has[starts[has] <= line_ends[owner[has]]]] = -1  # it holds its own words
-    return texts, owner
+    return heading_of_block[block]
 
 
 def headed_blocks(chunks: Chunks) -> tuple[np.ndarray, np.ndarray]:

@@ -47,11 +47,15 @@ UNIT_POWER = 2.0
 UNIT_ROUNDS = 2
 
 
-def arrange(scores: np.ndarray, chunks: Chunks, pinned: np.ndarray) -> np.ndarray:
-    """Scores after all three steps; the pinned (query) chunks spread nothing, they are kept anyway."""
+def arrange(
+    scores: np.ndarray, chunks: Chunks, pinned: np.ndarray, apart: np.ndarray | None = None
+) -> np.ndarray:
+    """Scores after all three steps; the pinned (query) chunks spread nothing, they are kept anyway.
+
+    ``apart``: the titled blocks' first chunks (``headings.headed_blocks``; found here if not given)."""
     relevance = np.maximum(np.asarray(scores, dtype=np.float64), 0.0)
     relevance[pinned] = 0.0
-    apart = headings.headed_blocks(chunks)[0]
+    apart = headings.headed_blocks(chunks)[0] if apart is None else apart
     sentences = whole_sentences(spread(relevance, apart=apart), chunks.opens)
     opens = chunks.levels >= TURN
     for _ in range(UNIT_ROUNDS):
