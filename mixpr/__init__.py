@@ -149,9 +149,10 @@ def _local(chunks: Chunks, W, words, p, kept_chunks, titled) -> np.ndarray:
     words also match their variants ("pointers" meets "point", ``mixpr.lexical``). A second round
     follows the best chunks' rare words to the articles whose titles name them (``mixpr.bridge``)."""
     found, heads = titled
-    relevance = lexical.lexical_scores(W, p, words)
+    asked = lexical.query_vector(W, p, words)
+    relevance = np.asarray(W @ asked).ravel()  # lexical.lexical_scores, with the words kept for the bridge
     scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=relevance)
-    scores = bridge.with_bridges(scores, bridge.bridge_scores(W, heads, found.under, scores, p, words))
+    scores = bridge.with_bridges(scores, bridge.bridge_scores(W, heads, found.under, scores, p, asked))
     scores = _order(chunks, scores, relevance, p)
     return structure.arrange(scores, chunks, np.flatnonzero(p), apart=found.firsts)
 

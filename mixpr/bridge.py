@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from mixpr import experts, lexical
+from mixpr import experts
 
 SEEDS = 5
 # Half a list (a scratch version, 3 seeds: 0.3 / 0.5 / 0.7 read HotpotQA 0.81 / 0.83 / 0.83, MuSiQue
@@ -28,12 +28,18 @@ WEIGHT = 0.5
 
 
 def bridge_scores(
-    W: sp.csr_matrix, heads: sp.csr_matrix, under: np.ndarray, scores: np.ndarray, p: np.ndarray, words=None
+    W: sp.csr_matrix,
+    heads: sp.csr_matrix,
+    under: np.ndarray,
+    scores: np.ndarray,
+    p: np.ndarray,
+    asked: np.ndarray,
 ) -> np.ndarray:
     """How well each chunk's block title matches the words round one's best chunks add to the question.
 
     ``W``: the chunks' BM25 rows; ``heads``: the titles' word counts (same columns); ``under``: each
-    chunk's title index (``headings.under``, -1 none); ``scores``: round one's; ``p``: the query."""
+    chunk's title index (``headings.under``, -1 none); ``scores``: round one's; ``p``: the query's
+    chunks; ``asked``: the question's words (``lexical.query_vector``), which round one has matched."""
     out = np.zeros(len(scores))
     if heads.shape[0] == 0:
         return out
@@ -41,7 +47,7 @@ def bridge_scores(
     added = np.asarray(W[seeds].T @ scores[seeds]).ravel()
     keep = np.zeros(W.shape[1], dtype=bool)
     keep[experts.rare_words(W, share=experts.STOP_WORD_SHARE)] = True
-    keep &= lexical.query_vector(W, p, words) == 0  # the question's words (and variants) are round one's
+    keep &= asked == 0
     own = under[seeds][under[seeds] >= 0]
     keep[heads[own].indices] = False  # nor do the seeds' own titles name a bridge
     titles = np.asarray((heads > 0).astype(np.float64) @ np.where(keep, added, 0.0)).ravel()

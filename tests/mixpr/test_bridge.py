@@ -3,6 +3,7 @@ import numpy as np
 from mixpr import _counts, bridge, compress
 from mixpr.chunking import chunk_text
 from mixpr.embedding import bm25
+from mixpr.lexical import query_vector
 from mixpr.query import query_weights
 
 TEAMS = ["Elm", "Oak", "Ash", "Fir", "Yew", "Bay", "Ivy", "Rye", "Cob", "Dun", "Fen", "Hay"]
@@ -34,8 +35,7 @@ def test_only_another_article_whose_title_names_an_added_word_scores():
     counts, words, (found, heads) = _counts(chunks)
     first_round = np.zeros(len(chunks))
     first_round[[i for i, t in enumerate(chunks.texts()) if "Iowa State." in t]] = 1.0
-    bridged = bridge.bridge_scores(
-        bm25(counts), heads, found.under, first_round, query_weights(chunks), words
-    )
+    W, p = bm25(counts), query_weights(chunks)
+    bridged = bridge.bridge_scores(W, heads, found.under, first_round, p, query_vector(W, p, words))
     # Not the seed's own article, not the teams (their titles share no word the seed adds).
     assert {found.texts[found.under[i]] for i in np.flatnonzero(bridged)} == {"Iowa State Cyclones"}
