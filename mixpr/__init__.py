@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mixpr import baselines, experts, headings, lexical, order, query, routing, selection, structure
+from mixpr import baselines, bridge, experts, headings, lexical, order, query, routing, selection, structure
 from mixpr.chunking import Chunks, chunk_text
 from mixpr.embedding import bm25, counts_and_words, tfidf, unit_rows
 from mixpr.tokens import count_tokens
@@ -78,11 +78,11 @@ def compress(
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
-    counts, words = clock.run("embed", _counts, chunks) if method != "middle-out" else (None, None)
+    counts, words, titled = clock.run("embed", _counts, chunks) if method != "middle-out" else (None,) * 3
     p = query.query_weights(chunks, query_span)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
-    scores = _score(chunks, counts, words, p, method, route, ask_llm, clock, stats, kept_chunks)
+    scores = _score(chunks, (counts, words, titled), p, method, route, ask_llm, clock, stats, kept_chunks)
     keep, kept_text, kept_tokens = clock.run(
         "select", _select, chunks, scores, p, budget_tokens, top_k, model, tokens_per_char
     )
@@ -92,11 +92,12 @@ def compress(
 
 
 def _counts(chunks: Chunks):
-    """Word counts of the chunks, each also counting its block's heading (``mixpr.headings``)."""
-    heads, owner = headings.heading_texts(chunks)
-    counts, words = counts_and_words(chunks.texts() + heads)
+    """Word counts of the chunks, each also counting its block's heading (``mixpr.headings``); their
+    words; and the headings with their own counts (same columns), which ``bridge`` reads."""
+    found = headings.titles(chunks)
+    counts, words = counts_and_words(chunks.texts() + found.texts)
     n = len(chunks)
-    return headings.with_headings(counts[:n], counts[n:], owner), words
+    return headings.with_headings(counts[:n], counts[n:], found.owner), words, (found, counts[n:])
 
 
 def _validate(budget_tokens, top_k, route, method, query_span, length) -> None:
@@ -121,9 +122,10 @@ def _is_span(span, length: int) -> bool:
     return all(isinstance(v, int) for v in (start, end)) and 0 <= start < end <= length
 
 
-def _score(chunks: Chunks, counts, words, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
+def _score(chunks: Chunks, counted, p, method, route, ask_llm, clock, stats, kept_chunks) -> np.ndarray:
     """Each scorer weights the counts its own way: TF-IDF for RAG-Sparse and the global expert
     (there frequent words are the signal), BM25 for the local expert (see ``_local``)."""
+    counts, words, titled = counted
     if method == "middle-out":
         stats.update(route=None, router=None, alpha=None)
         return clock.run("rank", baselines.middle_out_scores, len(chunks))
@@ -136,19 +138,23 @@ def _score(chunks: Chunks, counts, words, p, method, route, ask_llm, clock, stat
         E = clock.run("embed", tfidf, counts)
         return clock.run("rank", experts.global_scores, E, p, kept_chunks=kept_chunks)
     W = clock.run("embed", bm25, counts)
-    return clock.run("rank", _local, chunks, W, words, p, kept_chunks)
+    return clock.run("rank", _local, chunks, W, words, p, kept_chunks, titled)
 
 
-def _local(chunks: Chunks, W, words, p, kept_chunks) -> np.ndarray:
+def _local(chunks: Chunks, W, words, p, kept_chunks, titled) -> np.ndarray:
     """The local expert on BM25 rows, fused with BM25 relevance to the question, then the
     text's structure. On real documents (bench/real_docs.py) BM25's saturation and partial
     length norm rank a long clause that names a rare query word once above short chunks
     that share frequent words, both for the query and in the graph's similarities. The question's
-    words also match their variants ("pointers" meets "point", ``mixpr.lexical``)."""
-    relevance = lexical.lexical_scores(W, p, words)
+    words also match their variants ("pointers" meets "point", ``mixpr.lexical``). A second round
+    follows the best chunks' rare words to the articles whose titles name them (``mixpr.bridge``)."""
+    found, heads = titled
+    asked = lexical.query_vector(W, p, words)
+    relevance = np.asarray(W @ asked).ravel()  # lexical.lexical_scores, with the words kept for the bridge
     scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=relevance)
+    scores = bridge.with_bridges(scores, bridge.bridge_scores(W, heads, found.under, scores, p, asked))
     scores = _order(chunks, scores, relevance, p)
-    return structure.arrange(scores, chunks, np.flatnonzero(p))
+    return structure.arrange(scores, chunks, np.flatnonzero(p), apart=found.firsts)
 
 
 def _order(chunks: Chunks, scores, relevance, p) -> np.ndarray:

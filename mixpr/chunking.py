@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,6 +52,8 @@ class Chunks:
     just before it), ``TURN`` (a line opening with a speaker label, "Caroline: ") or ``BLOCK`` (a
     blank line, a boundary or the text's start just before it): the units a question's evidence
     comes in (a chat turn, a message, a paragraph under its title).
+    ``word_starts`` and ``newline_ends``: where in ``text`` words start and lines end (just past each
+    newline), sorted, kept from chunking so later steps find lines without another pass over the text.
     """
 
     text: str
@@ -60,6 +62,8 @@ class Chunks:
     words: np.ndarray
     opens: np.ndarray
     levels: np.ndarray
+    word_starts: np.ndarray = field(repr=False, compare=False)
+    newline_ends: np.ndarray = field(repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -91,7 +95,9 @@ def chunk_text(
     at = np.minimum(np.searchsorted(units, starts), len(units) - 1)  # both sorted: a binary search
     opens = units[at] == starts
     levels = _levels(text, layout, starts, opens, boundaries)
-    return Chunks(text, starts, ends[keep], words[keep], opens, levels)
+    return Chunks(
+        text, starts, ends[keep], words[keep], opens, levels, layout.word_starts, layout.newline_ends
+    )
 
 
 def _levels(text: str, layout: _Layout, starts: np.ndarray, opens: np.ndarray, boundaries) -> np.ndarray:

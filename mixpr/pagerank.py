@@ -19,6 +19,7 @@ would keep every component's mass uniform and rank nothing inside it).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
@@ -59,24 +60,32 @@ def pruned(
     return _iterate(lambda y: M @ y, np.asarray(M.sum(axis=0)).ravel(), p, alpha, **options)
 
 
-def along_chain(p: np.ndarray, alpha: float, *, max_iter: int = CHAIN_ITER) -> np.ndarray:
+def along_chain(
+    p: np.ndarray, alpha: float, *, max_iter: int = CHAIN_ITER, apart: np.ndarray | None = None
+) -> np.ndarray:
     """PPR on the path graph of consecutive chunks (i - i+1), personalised by ``p``.
 
     Each step hands a chunk's mass to its two neighbours, so the result is ``p`` smoothed
     along the text with weights decaying by about (1 − α)/2 per chunk of distance. Two
-    shifted additions per step: linear, no matrix."""
+    shifted additions per step: linear, no matrix. ``apart``: chunks i whose edge to i-1 is cut
+    (nothing flows across); a chunk cut off on both sides keeps its mass (a self-loop)."""
     n = len(p)
     if n < 2 or np.sum(p) <= 0:
         return np.asarray(p, dtype=np.float64)
-    d = np.full(n, 2.0)
-    d[[0, -1]] = 1.0
-    return _iterate(_chain_step, d, p, alpha, max_iter=max_iter)
+    linked = np.ones(n - 1)
+    if apart is not None:
+        linked[np.asarray(apart)[np.asarray(apart) > 0] - 1] = 0.0
+    d = np.zeros(n)
+    d[1:] += linked
+    d[:-1] += linked
+    alone = (d == 0).astype(np.float64)
+    return _iterate(functools.partial(_chain_step, linked, alone), d + alone, p, alpha, max_iter=max_iter)
 
 
-def _chain_step(y: np.ndarray) -> np.ndarray:
-    out = np.zeros_like(y)
-    out[1:] += y[:-1]
-    out[:-1] += y[1:]
+def _chain_step(linked: np.ndarray, alone: np.ndarray, y: np.ndarray) -> np.ndarray:
+    out = y * alone
+    out[1:] += y[:-1] * linked
+    out[:-1] += y[1:] * linked
     return out
 
 

@@ -57,9 +57,30 @@ def parse_route(answer: str) -> str | None:
 _NEGATION = re.compile(r"(\bnot|\bnever|\bwithout|\bno|n't)\W+(\w+\W+){0,2}$", re.IGNORECASE)
 
 
+# A summary scoped to a topic ("Summarize the discussion about the remote's price", "the manager's
+# opinions towards X") asks for the passages on X: a local question. QMSum asks most of its summary
+# queries so (dev split: 66 of 251 queries, share of the evidence kept 0.19 global, 0.31 local). A
+# summary of a whole thing stays global, however it goes on ("Summarize the article about the war",
+# "Summarize what the text is about").
+_WHOLE = re.compile(
+    r"\b(document|text|book|story|article|paper|report|transcript|chapter|email|letter|meeting|conversation"
+    r"|chat|call|interview|essay|thread|all|everything|whole|entire|full)\b",
+    re.IGNORECASE,
+)
+_SCOPED = re.compile(r"\W+((?:[\w'-]+\W+){0,6}?)(?:about|regarding|concerning|towards?)\s+(\w+(?:\W+\w+)?)",
+                     re.IGNORECASE)  # fmt: skip
+
+
+def _scoped(query: str, at: int) -> bool:
+    """The words after a cue at ``at`` narrow it to a topic, not to a whole document."""
+    match = _SCOPED.match(query, at)
+    return bool(match) and not _WHOLE.search(match.group(1)) and not _WHOLE.search(match.group(2))
+
+
 def heuristic_route(query: str) -> str:
     for cue in _GLOBAL_CUES.finditer(query):
-        if not _NEGATION.search(query, max(0, cue.start() - 40), cue.start()):
+        negated = _NEGATION.search(query, max(0, cue.start() - 40), cue.start())
+        if not negated and not _scoped(query, cue.end()):
             return GLOBAL
     return LOCAL
 

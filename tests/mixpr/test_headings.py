@@ -20,7 +20,7 @@ def test_a_paragraphs_title_belongs_to_its_sentences():
     paragraphs[13] = _paragraph("Sachin Warrier", "Tata Consultancy")
     text = "\n\n".join(paragraphs) + "\n\nWhich company did Sachin Warrier work for as an engineer?"
     chunks = chunk_text(text)
-    counts, words = _counts(chunks)
+    counts, words, _ = _counts(chunks)
     relevance = lexical_scores(bm25(counts), query_weights(chunks), words)
     answers = [i for i, t in enumerate(chunks.texts()) if t.startswith("He worked as an engineer")]
     best = max(answers, key=lambda i: relevance[i])

@@ -72,3 +72,13 @@ def test_along_chain_matches_networkx_on_the_path_graph():
 def test_along_chain_of_nothing_is_nothing():
     assert along_chain(np.zeros(4), 0.3).tolist() == [0, 0, 0, 0]
     assert along_chain(np.array([2.0]), 0.3).tolist() == [2.0]
+
+
+def test_nothing_flows_along_the_chain_across_a_cut():
+    p = np.zeros(8)
+    p[2], p[5] = 1.0, 1.0
+    out = along_chain(p, 0.3, apart=np.array([4]))  # the edge 3-4 is cut
+    assert np.isclose(out[:4].sum(), 0.5) and np.isclose(out[4:].sum(), 0.5)
+    lone = along_chain(p, 0.3, apart=np.array([5, 6]))  # chunk 5 is cut off on both sides
+    assert np.isclose(lone[5], 0.5) and np.isclose(lone[:5].sum(), 0.5)  # it keeps all its own mass
+    np.testing.assert_allclose(along_chain(p, 0.3, apart=np.array([], dtype=int)), along_chain(p, 0.3))

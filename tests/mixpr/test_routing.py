@@ -1,5 +1,6 @@
 import pytest
 
+from mixpr import compress
 from mixpr.routing import (
     GLOBAL,
     LOCAL,
@@ -94,3 +95,42 @@ def test_a_negated_cue_is_not_a_global_request():
     assert heuristic_route("What is the second topic we discussed? Do not summarize yourself.") == LOCAL
     assert heuristic_route("Please don't summarize, just list the dates.") == LOCAL
     assert heuristic_route("Summarize the meeting; do not list the speakers.") == GLOBAL
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Summarize the discussion about the efficacy of the law.",
+        "Summarize the project manager's opinions towards product appearance.",
+        "Summarize the conclusion of the discussion about the remote control's price.",
+    ],
+)
+def test_a_summary_scoped_to_a_topic_is_local(query):
+    assert heuristic_route(query) == LOCAL
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "Summarize the whole meeting.",
+        "Summarize what the text is about.",
+        "Summarize the following article about climate change.",
+        "Summarize the discussion about the whole project.",
+    ],
+)
+def test_a_summary_of_a_whole_thing_stays_global(query):
+    assert heuristic_route(query) == GLOBAL
+
+
+def test_a_scoped_summary_keeps_the_passages_on_its_topic():
+    # A meeting where the remote's price is discussed in a few turns among many on other things.
+    filler = [f"Speaker {i % 3}: We should look at item {i} on the agenda, then move on." for i in range(200)]
+    filler[120:123] = [
+        "Speaker 1: The price of the remote should stay under twenty-five euros.",
+        "Speaker 2: At that price the margin on each remote is thin.",
+        "Speaker 0: Then the price decides which chips we can afford.",
+    ]
+    text = "\n".join(filler) + "\n\nSummarize the discussion about the price of the remote."
+    kept = compress(text, budget_tokens=120, route="heuristic")
+    assert kept.stats["route"] == LOCAL
+    assert all(turn in kept.text for turn in filler[120:123])

@@ -70,3 +70,23 @@ def _merged(spans):
         else:
             out.append((a, b))
     return out
+
+
+def _titled(title: str, sentences: list[str]) -> str:
+    return title + "\n" + " ".join(sentences)
+
+
+def test_a_titled_paragraph_keeps_its_relevance_from_its_neighbours():
+    # HotpotQA's shape: Wikipedia paragraphs under their titles, side by side. The answer is a
+    # one-sentence paragraph; without a cut at each title its relevance leaks into the unrelated
+    # paragraphs around it, and a paragraph whose two sentences both match outranks it.
+    facts = ["lies on a river.", "has a bridge.", "has an old market."]
+    towns = [_titled(f"Town {i}", [f"Town {i} {fact}" for fact in facts]) for i in range(30)]
+    house = _titled(
+        "Thomas Wolfe House", ["The Thomas Wolfe House is a museum.", "Thomas Wolfe lived there."]
+    )
+    person = _titled("Thomas Wolfe", ["Thomas Wolfe was born on October 3, 1900 in Asheville."])
+    paragraphs = towns[:12] + [house] + towns[12:20] + [person] + towns[20:]
+    text = "\n\n".join(paragraphs) + "\n\nWhen was Thomas Wolfe born?"
+    kept = compress(text, top_k=1, route="local")
+    assert "born on October 3, 1900" in kept.text
