@@ -149,14 +149,18 @@ def _bm25_scores(text: str, question_start: int) -> tuple[Chunks, np.ndarray, np
     return chunks, np.asarray(scores, dtype=np.float64), sizes
 
 
-def kept_spans(method: str, case: Case, budget: int) -> list[tuple[int, int]]:
+def kept_spans(method: str, case: Case | real_sets.Case, budget: int) -> list[tuple[int, int]]:
     from mixpr import compress
 
+    sent = getattr(case, "query_span", None)  # a chat sent as messages: the gateway's structure
+    question_start = sent[0] if sent else len(case.text) - len(case.question)
     if method == "bm25":
-        return bm25_spans(case.text, len(case.text) - len(case.question), budget)
+        return bm25_spans(case.text, question_start, budget)
     if method == LITELLM:
-        return litellm_compress.kept_spans(case.text, len(case.text) - len(case.question), budget)
+        return litellm_compress.kept_spans(case.text, question_start, budget)
     kwargs = {"route": "heuristic"} if method == "mixpr" else {}
+    if sent:
+        kwargs.update(boundaries=case.boundaries, query_span=sent)
     return compress(case.text, budget_tokens=budget, method=method, **kwargs).spans
 
 
@@ -228,7 +232,8 @@ def markdown(rows: list[dict], methods: list[str]) -> str:
             n = count.get((file, setting, budget), 0)
             lines.append(f"| {file} | {setting} | {budget} | {n} | {vals} |")
     for label, group in (("documents", [f for f in files if f in FILES]),
-                         ("chats and multi-hop", [f for f in files if f in real_sets.FILES])):  # fmt: skip
+                         ("chats and multi-hop", [f for f in files if f in real_sets.FILES
+                                                  and f not in real_sets.FORMS])):  # fmt: skip
         if group:
             overall = [mean(cells.get((f, s, b, m), float("nan")) for f in group for s, b in settings_of(f))
                        for m in methods]
@@ -254,7 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     quick = f"first {QUICK_DOCS} L-Eval documents per file, every {real_sets.QUICK_STRIDE}th other question"
     ap.add_argument("--quick", action="store_true", help=quick + ", no curve")
     every = [*FILES, *real_sets.FILES]
-    ap.add_argument("--files", default=",".join(every), help="comma list of: " + ", ".join(every))
+    default = ",".join(f for f in every if f not in real_sets.FORMS)
+    ap.add_argument("--files", default=default, help="comma list of: " + ", ".join(every))
     ap.add_argument("--methods", default=",".join(METHODS), help="comma list of: " + ", ".join(METHODS))
     ap.add_argument("--no-curve", action="store_true", help="skip the recall-against-budget runs")
     ap.add_argument("--out", type=Path, default=OUT, help="output folder for real_docs.{json,png}")

@@ -9,6 +9,7 @@ question) and the character spans of the evidence, with the rule that scores the
   64,000 characters; every supporting sentence kept (``all``); 1,000. Yes/no answers are skipped.
 - ``musique``: the same with its 20 paragraphs; every supporting paragraph kept (``all``); 2,000.
 - ``qmsum``: the whole transcript; the share of the query's evidence characters kept (``share``); 2,000.
+- ``locomo-messages``: LoCoMo's chats sent as messages (``bench.chat_messages``), scored as ``locomo``.
 
 "Kept" is the real-document rule: at least 90% of a span's characters inside ``Compressed.spans``.
 ``quick`` keeps every ``QUICK_STRIDE``-th question of a set, so a fast run still sees every chat.
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from bench import chat_messages
 from bench.data import data_dir
 
 FILES = {
@@ -33,6 +35,7 @@ FILES = {
     "hotpot": "multihop_hotpotqa.dev.json",
     "musique": "multihop_musique.dev.json",
     "qmsum": "qmsum.dev.jsonl",
+    "locomo-messages": "locomo.dev.jsonl",
 }
 # set -> (setting name, budgets)
 SETTINGS = {
@@ -41,7 +44,10 @@ SETTINGS = {
     "hotpot": ("haystack", (1000,)),
     "musique": ("haystack", (2000,)),
     "qmsum": ("transcript", (2000,)),
+    "locomo-messages": ("messages", (1000, 4000)),
 }
+# Other forms of a set above (not in the default run or the means): the same questions, sent differently.
+FORMS = {"locomo-messages": "locomo"}
 HAYSTACK_CHARS = 64_000
 COVERED = 0.9
 QUICK_STRIDE = 4
@@ -58,6 +64,9 @@ class Case:
     text: str
     evidence: tuple[tuple[int, int], ...]
     rule: str  # "any" | "all" | "share"
+    # Set when the text is a chat sent as messages: what the gateway passes MixPR beside the text.
+    boundaries: tuple[int, ...] = ()
+    query_span: tuple[int, int] | None = None
 
 
 def load(name: str) -> list[dict]:
@@ -84,6 +93,16 @@ def _annotated(name: str, rule: str, rows: list[dict]) -> Iterator[Case]:
             if spans:
                 text = _with_question(row["input"], question)
                 yield Case(name, doc, question, text, tuple(map(tuple, spans)), rule)
+
+
+def _messages(rows: list[dict]) -> Iterator[Case]:
+    """LoCoMo's chats sent as messages through the gateway's stream (``bench.chat_messages``)."""
+    for doc, row in enumerate(rows):
+        for question, spans in zip(row["instructions"], row["evidence_spans"], strict=True):
+            if spans:
+                sent = chat_messages.send(row["input"], question, spans)
+                yield Case("locomo-messages", doc, question.strip(), sent.text, sent.evidence, "all",
+                           sent.boundaries, sent.query_span)  # fmt: skip
 
 
 def _topic(rows: list[dict]) -> Iterator[Case]:
@@ -164,6 +183,7 @@ _BUILDERS = {
     "hotpot": _hotpot,
     "musique": _musique,
     "qmsum": functools.partial(_annotated, "qmsum", "share"),
+    "locomo-messages": _messages,
 }
 
 
