@@ -27,7 +27,9 @@ INLINE_JSON_BYTES = 256_000  # about 5 ms of json.loads at most stays on the loo
 THREADS = 2
 LIST_KEYS = ("messages", "tools", "input", "prompt")
 
-_pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="mixpr-big-request")
+THREAD_PREFIX = "mixpr-big-request"
+
+_pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix=THREAD_PREFIX)
 
 
 def items(body: dict[str, Any]) -> int:
