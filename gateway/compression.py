@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mixpr
-from gateway import conversation, policy
+from gateway import conversation, offload, policy
 from gateway.admission import Gate, queue_full
 from gateway.config import MixprSettings
 from gateway.errors import CompressionFailed, CompressionUnavailable, ContextLengthExceeded, Overloaded
@@ -35,7 +35,10 @@ from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.compression")
 
-INLINE_COUNT_CHARS = 200_000  # shorter texts are counted on the loop: a pool hop costs more
+INLINE_COUNT_CHARS = 200_000  # shorter texts are counted in this process: a pool hop costs more
+# Of those, texts over this many characters (1-2 ms to count, up to 15 ms at INLINE_COUNT_CHARS,
+# more on a busy machine) are counted in a thread (``gateway.offload``), not on the loop.
+THREAD_COUNT_CHARS = 20_000
 # No real text averages more than ~6 characters per token (English ~4, code ~3, base64 ~2.5);
 # a text over this many characters per threshold token is over the threshold without counting.
 CHARS_PER_TOKEN_CEILING = 16
@@ -128,9 +131,10 @@ class Compressor:
 
     async def count(self, pool: Ticket, text: str, target: Target) -> int:
         """The target model's tokens in ``text`` (``Target.tokens``): counted on the loop when short,
-        else in the pool."""
+        in a thread when longer, in the pool when long."""
         if len(text) < INLINE_COUNT_CHARS:
-            return target.tokens(count_tokens(text, target.model))
+            big = len(text) > THREAD_COUNT_CHARS
+            return target.tokens(await offload.inline_or_run(big, count_tokens, text, target.model))
         return target.tokens(await pool.run(count_tokens, text, target.model))
 
     async def passes(self, pool: Ticket, messages: list[dict[str, Any]], *, tools: Any, target: Target,
@@ -144,7 +148,7 @@ class Compressor:
     ) -> tuple[conversation.Conversation, int, int | None, bool]:
         """The conversation, its fixed tokens, its stream's tokens (None: not counted) and whether it
         stays below the trigger."""
-        conv = conversation.split(messages)
+        conv = await split(messages)
         fixed = await self.fixed_tokens(pool, conv, target, tools)
         threshold = policy.threshold(target, settings, control)
         # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
@@ -270,7 +274,7 @@ class Compressor:
                 stream_tokens = target.tokens(stats["original_tokens"])
             messages = conversation.rebuild(conv, spans)
             # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
-            final = await self.count(pool, conversation.split(messages).text, target) + fixed
+            final = await self.count(pool, (await split(messages)).text, target) + fixed
             if final <= target.limit:
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
@@ -283,6 +287,12 @@ class Compressor:
             f"the final question) alone take too much.",
             param="messages",
         )
+
+
+async def split(messages: list[dict[str, Any]]) -> conversation.Conversation:
+    """``conversation.split``: per-part work, so in a worker thread for many messages or parts."""
+    big = offload.list_items(messages) > offload.INLINE_ITEMS
+    return await offload.inline_or_run(big, conversation.split, messages)
 
 
 class Ticket:

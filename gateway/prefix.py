@@ -33,7 +33,7 @@ from typing import Any
 
 import mixpr
 from gateway import conversation, policy
-from gateway.compression import Compressor, Outcome, Router, Ticket
+from gateway.compression import Compressor, Outcome, Router, Ticket, split
 from gateway.config import MixprSettings
 from gateway.errors import ContextLengthExceeded, Overloaded
 from gateway.policy import Control, Target
@@ -224,7 +224,7 @@ class Prefixes:
                      headroom: float) -> Turn:
         part = replace(request, messages=request.messages[: end + 1])
         outcome = await self.today(part, ticket, headroom)
-        conv = conversation.split(part.messages)
+        conv = await split(part.messages)
         fixed = await self.compressor.fixed_tokens(ticket, conv, request.target, request.tools)
         if outcome.failed_open:
             raise RuntimeError("compression failed for an earlier turn")  # the caller falls back
@@ -237,12 +237,12 @@ class Prefixes:
         """The turn before's bytes, the new messages and evidence; None when that does not fit."""
         assert before.sent is not None and before.anchor is not None
         messages = request.messages[: end + 1]
-        conv = conversation.split(messages)
+        conv = await split(messages)
         fixed = await self.compressor.fixed_tokens(ticket, conv, request.target, request.tools)
         budget = policy.budget(fixed, request.target, request.settings, request.control)
         new = messages[before.end + 1 :]
         # Split once: the evidence is retrieved from the anchor's stream and cut out of the same text.
-        anchor = conversation.split(request.messages[: before.anchor + 1])
+        anchor = await split(request.messages[: before.anchor + 1])
         spans: tuple[Span, ...] = ()
         question = _question(conv, before.end)
         if question:
@@ -250,7 +250,7 @@ class Prefixes:
             share = int(budget * min(1.0, request.settings.prefix.evidence * more))
             spans = await self._evidence(ticket, request, anchor, before, question, share)
         sent = [*before.sent, *with_evidence(new, evidence_block(anchor.text, spans))]
-        stream = await self.compressor.count(ticket, conversation.split(sent).text, request.target)
+        stream = await self.compressor.count(ticket, (await split(sent)).text, request.target)
         if stream > budget:
             return None
         used = merge([*before.used, *spans])
@@ -273,7 +273,7 @@ class Prefixes:
         if turn.sent is None:
             return Outcome(request.messages, "passthrough", turn.tokens, turn.tokens,
                            reused_tokens=before.tokens if before else 0)
-        text = conversation.split(request.messages).text
+        text = (await split(request.messages)).text
         original = await self.compressor.count(ticket, text, request.target) + turn.fixed_tokens
         reused = before.tokens if before is not None and not turn.reset else 0
         sent = turn.sent

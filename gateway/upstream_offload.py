@@ -6,13 +6,16 @@ message or content part and 60 us per string of an ``input`` or ``prompt`` list,
 function that never yields. So one request of 19,000 parts held the gateway's loop, and every other
 request, for 10-20 s. Reading an answer of one object per input (embeddings, a batch of prompts)
 costs about as much again. Both scale with what the client sent, so requests with more than
-``INLINE_ITEMS`` items move that work here; smaller ones stay on the loop, where a thread hop would
-cost more than the walk.
+``INLINE_ITEMS`` items move that work to the threads of ``gateway.offload``; smaller ones stay on
+the loop, where a thread hop would cost more than the walk.
 
 - ``install`` gives the SDK's chat and legacy completions resources a transform that runs in this
   pool for big bodies (streamed or not). It is the SDK's synchronous twin, which does the same walk
   and differs only in reading file objects, which a JSON body never holds.
-- ``run`` runs a whole blocking call here (LiteLLM's synchronous embedding call: the SDK transforms
+- It also gives LiteLLM's OpenAI-compatible request translation (``OpenAIGPTConfig``, which walks
+  every part twice in its async form and returns its synchronous form's result) and its success
+  logging's copy of the messages (base64 truncation, a copy of every part) this pool for big bodies.
+- ``run`` runs a whole blocking call in that pool (LiteLLM's synchronous embedding call: the SDK transforms
   that request synchronously inside its async method, and the answer is as big as the request).
 
 Why not run LiteLLM on an event loop of its own: measured, that loop is blocked by the same walk,
@@ -23,56 +26,75 @@ A cancelled request cannot stop its thread: the walk finishes, its result is dro
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any
 
+import litellm.litellm_core_utils.litellm_logging as litellm_logging
 import openai.resources.chat.completions.completions as chat_resource
 import openai.resources.completions as completions_resource
+from litellm.litellm_core_utils.logging_utils import truncate_base64_in_messages
+from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
 from openai._utils import maybe_transform
+
+from gateway.offload import INLINE_ITEMS, is_big, items, list_items, run
+
+__all__ = ["INLINE_ITEMS", "install", "is_big", "items", "run"]
 
 log = logging.getLogger("gateway.upstream_offload")
 
-T = TypeVar("T")
-INLINE_ITEMS = 64  # about 50 ms of walking at most stays on the loop
-# Walks are CPU-bound and share the GIL, so more threads would not finish them sooner; two keep one
-# big request from queueing behind another, and every other request keeps the loop's share.
-THREADS = 2
-LIST_KEYS = ("messages", "tools", "input", "prompt")
-
-_pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="mixpr-upstream-build")
 _PATCHED = "_mixpr_offloaded"
 
 
-def items(body: dict[str, Any]) -> int:
-    """How many items building ``body`` walks one by one: list entries of its messages, tools,
-    input or prompt, and the content parts of its messages."""
-    count = 0
-    for key in LIST_KEYS:
-        entries = body.get(key)
-        if isinstance(entries, list):
-            count += len(entries) + sum(len(entry["content"]) for entry in entries
-                                        if isinstance(entry, dict) and isinstance(entry.get("content"), list))
-    return count
-
-
-def is_big(body: dict[str, Any]) -> bool:
-    return items(body) > INLINE_ITEMS
-
-
-async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` in the pool."""
-    return await asyncio.wrap_future(_pool.submit(fn, *args, **kwargs))
-
-
 def install() -> None:
-    """Route the SDK's request transform for big chat and legacy completion bodies to the pool."""
+    """Route the SDK's request transform for big chat and legacy completion bodies, and LiteLLM's own
+    translation and logging copy of big message lists, to the pool."""
     for module in (chat_resource, completions_resource):
         _patch(module)
+    _patch_litellm()
+
+
+def _patch_litellm() -> None:
+    translate = OpenAIGPTConfig.async_transform_request
+    if not getattr(translate, _PATCHED, False):
+        OpenAIGPTConfig.async_transform_request = _translator(translate)
+    truncate = getattr(litellm_logging, "truncate_base64_in_messages_async", None)
+    if truncate is None:  # a new LiteLLM layout: tests/gateway/test_upstream_offload.py says so
+        log.warning("LiteLLM has no truncate_base64_in_messages_async; big requests are logged on the loop")
+    elif not getattr(truncate, _PATCHED, False):
+        litellm_logging.truncate_base64_in_messages_async = _marked(functools.partial(_truncate, truncate))
+
+
+def _marked(fn: Any) -> Any:
+    setattr(fn, _PATCHED, True)
+    return fn
+
+
+Body = dict[str, Any]
+
+
+def _translator(original: Callable[..., Awaitable[Body]]) -> Callable[..., Awaitable[Body]]:
+    async def translate(self: OpenAIGPTConfig, model: str, messages: list[Any], optional_params: Body,
+                        litellm_params: Body, headers: Body) -> Body:
+        """The request body LiteLLM sends. Its async form returns what the synchronous one does
+        (after walking the parts once more); they differ only in fetching PDF URLs, which the gateway
+        refuses (``gateway.remote_files``) and which would block this thread, not the loop."""
+        if list_items(messages) > INLINE_ITEMS:
+            body = (model, messages, optional_params, litellm_params, headers)
+            return await run(self.transform_request, *body)
+        return await original(self, model, messages, optional_params, litellm_params, headers)
+
+    return _marked(translate)
+
+
+async def _truncate(original: Callable[[Any], Awaitable[Any]], messages: Any) -> Any:
+    """LiteLLM's logging copy of the messages (long base64 payloads shortened): it copies every part,
+    and counts their characters first, so a big list is copied in the pool."""
+    if list_items(messages) > INLINE_ITEMS:
+        return await run(truncate_base64_in_messages, messages)
+    return await original(messages)
 
 
 def _patch(module: ModuleType) -> None:

@@ -19,7 +19,7 @@ from litellm import ModelResponse, ModelResponseStream
 from litellm.llms.anthropic.pass_through.adapters.transformation import AnthropicAdapter
 from starlette.responses import JSONResponse, Response
 
-from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
+from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
 from gateway.remote_files import ANTHROPIC, refuse_urls
@@ -45,7 +45,7 @@ def error_json(message: str, status: int) -> dict[str, Any]:
 @router.post("/messages", include_in_schema=False)
 async def messages(request: Request) -> Response:
     gateway, body = await authorized_body(request)
-    call, names = parse_request(body, request.headers)
+    call, names = await parsed(parse_request, body, request.headers)
     reply = await gateway.chat.run(call)
     adapter = AnthropicAdapter()
     if reply.chunks is not None:

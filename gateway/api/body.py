@@ -20,6 +20,7 @@ from typing import Any
 
 from fastapi import Request
 
+from gateway import offload
 from gateway.admission import held_bytes
 from gateway.config import GeneralSettings
 from gateway.errors import BadRequest, PayloadTooLarge, RequestTimeout, UnsupportedMediaType
@@ -36,7 +37,9 @@ async def read_json(request: Request, settings: GeneralSettings) -> Any:
     """The request body as strict JSON, read within ``settings``' limits."""
     check_media_type(request.headers.get("content-type"))
     raw = await read_body(request, settings)
-    return parse_json(raw, max_objects=settings.max_body_objects)
+    # Parsing and checking a body is per-object work: a big one is done off the loop.
+    big = len(raw) > offload.INLINE_JSON_BYTES
+    return await offload.inline_or_run(big, parse_json, raw, max_objects=settings.max_body_objects)
 
 
 def check_media_type(content_type: str | None) -> None:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from fastapi import Request
 from starlette.responses import StreamingResponse
 
+from gateway import offload
 from gateway.api.body import read_json
 from gateway.errors import BadRequest, Unauthorized
 from gateway.policy import AUTO, Control
 from mixpr import ROUTES
 
+T = TypeVar("T")
 CONTROL_KEYS = ("enabled", "route", "budget_tokens")
 MIN_BUDGET = 16
 _DIGITS = re.compile("[0-9]{1,18}")
@@ -46,6 +48,12 @@ async def authorized_body(request: Request) -> tuple[Any, Any]:
     gateway = state(request)
     authorize(request)
     return gateway, await read_json(request, gateway.config.general_settings)
+
+
+async def parsed(parse: Callable[[Any, Any], T], body: Any, headers: Mapping[str, str]) -> T:
+    """``parse(body, headers)``, the API's validation and translation of the request: per-part work,
+    so done in a worker thread for a body of many messages or parts (``gateway.offload``)."""
+    return await offload.inline_or_run(offload.is_big(body), parse, body, headers)
 
 
 def parse_control(field: Any, headers: Mapping[str, str]) -> Control:

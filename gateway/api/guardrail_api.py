@@ -22,6 +22,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
+from gateway import offload
 from gateway.api.common import authorized_body, parse_control
 from gateway.api.openai_chat import validate_messages
 from gateway.chat import ChatCall, report_headers
@@ -55,7 +56,9 @@ async def basic_guardrail(request: Request) -> JSONResponse:
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' must name a model in the gateway's model_list.", param="model")
     control = parse_control(None, _visible_headers(body.get("request_headers")))
-    call = ChatCall(model, validate_messages(messages), reply_params(body, body.get("tools")), control)
+    big = offload.list_items(messages) > offload.INLINE_ITEMS  # validating is per-part work
+    messages = await offload.inline_or_run(big, validate_messages, messages)
+    call = ChatCall(model, messages, reply_params(body, body.get("tools")), control)
     try:
         outcome = await gateway.chat.prepare(call)
     except GatewayError as exc:

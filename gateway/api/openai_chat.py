@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
+from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
 from gateway.remote_files import CHAT, refuse_urls
@@ -26,7 +26,7 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 @router.post("/chat/completions", include_in_schema=False)
 async def chat_completions(request: Request) -> Response:
     gateway, body = await authorized_body(request)
-    call = parse_request(body, request.headers)
+    call = await parsed(parse_request, body, request.headers)
     reply = await gateway.chat.run(call)
     if reply.chunks is not None:
         return event_stream(sse(reply.chunks), reply.headers)

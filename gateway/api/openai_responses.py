@@ -25,7 +25,7 @@ from litellm.responses.litellm_completion_transformation.transformation import (
 )
 from starlette.responses import JSONResponse, Response
 
-from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control
+from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
 from gateway.chat import ChatCall
 from gateway.errors import BadRequest, GatewayError
 from gateway.remote_files import RESPONSES, refuse_urls
@@ -50,7 +50,7 @@ NOT_FORWARDED = ("model", "messages", "stream", "custom_llm_provider", "extra_he
 @router.post("/responses", include_in_schema=False)
 async def responses(request: Request) -> Response:
     gateway, body = await authorized_body(request)
-    call = parse_request(body, request.headers)
+    call = await parsed(parse_request, body, request.headers)
     reply = await gateway.chat.run(call)
     if reply.chunks is not None:
         events = ResponseStream(body).events(reply.chunks)

@@ -6,14 +6,16 @@ short requests one after another: those sent in the second half of the big reque
 still reach the upstream before the big one does. With the walk on the loop, at most the one caught
 waiting can (the loop runs nothing else until the big request is on the wire). Embeddings and
 legacy completions with many inputs go through the worker threads whole, and must answer as the
-small path does, errors included.
+small path does, errors included. The gateway's own per-part passes (the API's validation, the
+conversation split) and LiteLLM's (its request translation, its logging copy) run in those threads
+for a big request on every API, and on the loop for a small one.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -21,9 +23,12 @@ import openai
 import pytest
 from conftest import MASTER_KEY, ServerThread, gateway_config, model
 from fake_upstream import REPLY_TEXT, FakeUpstream
+from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
 
-from gateway import create_app
+from gateway import conversation, create_app, upstream_offload
+from gateway.api import anthropic_messages, openai_chat, openai_responses
 from gateway.config import parse_config
+from gateway.offload import THREAD_PREFIX
 from gateway.upstream_offload import INLINE_ITEMS
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
@@ -131,3 +136,54 @@ def test_upstream_errors_of_big_requests_keep_their_status(http: httpx.Client, p
     assert response.json()["error"]["type"] == "rate_limit_error"
     response = http.post(path, json={**body, "model": "unreachable"})
     assert (response.status_code, response.json()["error"]["code"]) == (502, "upstream_connection_error")
+
+
+def _parts(count: int) -> list[dict[str, str]]:
+    return [{"type": "text", "text": f"w{i}"} for i in range(count)]
+
+
+API_BODIES: dict[str, tuple[str, Callable[[int], dict[str, Any]]]] = {
+    "chat": ("/v1/chat/completions", lambda n: {"model": "big", "messages": [{"role": "user",
+                                                                             "content": _parts(n)}]}),
+    "responses": ("/v1/responses", lambda n: {"model": "big",
+                                              "input": [{"role": "user", "content": "w"}] * n}),
+    "anthropic": ("/v1/messages", lambda n: {"model": "big", "max_tokens": 5,
+                                             "messages": [{"role": "user", "content": _parts(n)}]}),
+}
+API_VALIDATION = {"chat": (openai_chat, "validate_messages"), "responses": (openai_responses, "_validate"),
+                  "anthropic": (anthropic_messages, "_validate")}
+
+
+@pytest.mark.parametrize("api", sorted(API_BODIES))
+def test_per_part_work_of_a_big_request_runs_in_worker_threads(
+    big_gateway: str, monkeypatch: pytest.MonkeyPatch, api: str
+) -> None:
+    ran: dict[str, set[str]] = {}
+
+    def recorded(owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ran.setdefault(name, set()).add(threading.current_thread().name)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, wrapper)
+
+    recorded(*API_VALIDATION[api])
+    recorded(conversation, "split")
+    recorded(OpenAIGPTConfig, "transform_request")
+    recorded(upstream_offload, "truncate_base64_in_messages")  # LiteLLM's logging copy, big requests only
+    path, body = API_BODIES[api]
+    with httpx.Client(base_url=big_gateway, headers=AUTH, timeout=120) as http:
+        assert http.post(path, json=body(2)).status_code == 200
+        small, ran = ran, {}
+        assert http.post(path, json=body(INLINE_ITEMS * 3)).status_code == 200
+        deadline = time.monotonic() + 10  # LiteLLM logs a success after the answer is sent
+        while "truncate_base64_in_messages" not in ran and time.monotonic() < deadline:
+            time.sleep(0.05)
+    names = {API_VALIDATION[api][1], "split", "transform_request", "truncate_base64_in_messages"}
+    assert set(ran) == names
+    assert {name: {t.startswith(THREAD_PREFIX) for t in threads} for name, threads in ran.items()} == {
+        name: {True} for name in names}
+    assert {name: {t.startswith(THREAD_PREFIX) for t in threads} for name, threads in small.items()} == {
+        name: {False} for name in names - {"truncate_base64_in_messages"}}
