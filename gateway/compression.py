@@ -291,8 +291,7 @@ class Compressor:
 
 async def split(messages: list[dict[str, Any]]) -> conversation.Conversation:
     """``conversation.split``: per-part work, so in a worker thread for many messages or parts."""
-    big = offload.list_items(messages) > offload.INLINE_ITEMS
-    return await offload.inline_or_run(big, conversation.split, messages)
+    return await offload.inline_or_run(offload.many(messages), conversation.split, messages)
 
 
 class Ticket:

@@ -50,6 +50,11 @@ def is_big(body: Any) -> bool:
     return isinstance(body, dict) and items(body) > INLINE_ITEMS
 
 
+def many(entries: Any) -> bool:
+    """Whether a list of messages (or input items) is big enough for the pool (``list_items``)."""
+    return list_items(entries) > INLINE_ITEMS
+
+
 async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` in the pool."""
     return await asyncio.wrap_future(_pool.submit(fn, *args, **kwargs))

@@ -24,7 +24,7 @@ import litellm
 import openai
 from litellm.types.llms.openai import ValidUserMessageContentTypes
 
-from gateway import upstream_offload
+from gateway import offload, upstream_offload
 from gateway.config import ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
 
@@ -129,7 +129,7 @@ async def _mapped(call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
 async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``litellm.aembedding``'s answer as the JSON the client receives; a big input (and its as big
     answer) is handled in a worker thread (``gateway.upstream_offload``)."""
-    if upstream_offload.is_big(kwargs):
+    if offload.is_big(kwargs):
         return await _offloaded(_embedding_answer, kwargs)
     return (await _mapped(litellm.aembedding, **kwargs)).model_dump()
 
@@ -141,7 +141,7 @@ def _embedding_answer(kwargs: dict[str, Any]) -> dict[str, Any]:
 async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
     """A non-streaming legacy completion (``litellm.atext_completion``) as JSON; a list of many
     prompts (and its as long answer) is handled in a worker thread."""
-    if upstream_offload.is_big(kwargs):
+    if offload.is_big(kwargs):
         return await _offloaded(_text_answer, kwargs)
     try:
         async with _closed_client(kwargs) as client:
@@ -158,7 +158,7 @@ def _text_answer(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 async def _offloaded(blocking: Callable[[dict[str, Any]], T], kwargs: dict[str, Any]) -> T:
     try:
-        return await upstream_offload.run(blocking, kwargs)
+        return await offload.run(blocking, kwargs)
     except Exception as exc:
         raise map_error(exc) from exc
 

@@ -39,9 +39,7 @@ from litellm.litellm_core_utils.logging_utils import truncate_base64_in_messages
 from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
 from openai._utils import maybe_transform
 
-from gateway.offload import INLINE_ITEMS, is_big, items, list_items, run
-
-__all__ = ["INLINE_ITEMS", "install", "is_big", "items", "run"]
+from gateway.offload import is_big, many, run
 
 log = logging.getLogger("gateway.upstream_offload")
 
@@ -81,7 +79,7 @@ def _translator(original: Callable[..., Awaitable[Body]]) -> Callable[..., Await
         """The request body LiteLLM sends. Its async form returns what the synchronous one does
         (after walking the parts once more); they differ only in fetching PDF URLs, which the gateway
         refuses (``gateway.remote_files``) and which would block this thread, not the loop."""
-        if list_items(messages) > INLINE_ITEMS:
+        if many(messages):
             body = (model, messages, optional_params, litellm_params, headers)
             return await run(self.transform_request, *body)
         return await original(self, model, messages, optional_params, litellm_params, headers)
@@ -92,7 +90,7 @@ def _translator(original: Callable[..., Awaitable[Body]]) -> Callable[..., Await
 async def _truncate(original: Callable[[Any], Awaitable[Any]], messages: Any) -> Any:
     """LiteLLM's logging copy of the messages (long base64 payloads shortened): it copies every part,
     and counts their characters first, so a big list is copied in the pool."""
-    if list_items(messages) > INLINE_ITEMS:
+    if many(messages):
         return await run(truncate_base64_in_messages, messages)
     return await original(messages)
 
@@ -110,6 +108,6 @@ def _patch(module: ModuleType) -> None:
 
 
 async def _transform(original: Callable[[Any, Any], Awaitable[Any]], data: Any, expected_type: Any) -> Any:
-    if isinstance(data, dict) and is_big(data):
+    if is_big(data):  # a dict of many items
         return await run(maybe_transform, data, expected_type)
     return await original(data, expected_type)

@@ -56,8 +56,8 @@ async def basic_guardrail(request: Request) -> JSONResponse:
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' must name a model in the gateway's model_list.", param="model")
     control = parse_control(None, _visible_headers(body.get("request_headers")))
-    big = offload.list_items(messages) > offload.INLINE_ITEMS  # validating is per-part work
-    messages = await offload.inline_or_run(big, validate_messages, messages)
+    # validating is per-part work
+    messages = await offload.inline_or_run(offload.many(messages), validate_messages, messages)
     call = ChatCall(model, messages, reply_params(body, body.get("tools")), control)
     try:
         outcome = await gateway.chat.prepare(call)

@@ -28,8 +28,7 @@ from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
 from gateway import conversation, create_app, upstream_offload
 from gateway.api import anthropic_messages, openai_chat, openai_responses
 from gateway.config import parse_config
-from gateway.offload import THREAD_PREFIX
-from gateway.upstream_offload import INLINE_ITEMS
+from gateway.offload import INLINE_ITEMS, THREAD_PREFIX
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 PARTS = 19_000  # under the default max_body_objects (20,000)
