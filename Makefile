@@ -1,6 +1,6 @@
 # Two commands for a fresh machine with Python 3.11:
 #   make run    isolated .venv + gateway + embedded model, then serve on 127.0.0.1:4000
-#   make test   isolated .venv + test tools + embedded model, then ruff and pytest
+#   make test   isolated .venv + test tools + embedded model, then ruff, lint-imports and pytest
 # Both are idempotent: the install runs again only when pyproject.toml, requirements.lock (or this
 # file) changed. Every install takes its versions from requirements.lock (`make lock` rewrites it).
 
@@ -34,6 +34,7 @@ run: $(VENV)/.installed-local
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest
 
 hadolint: $(VENV)/.installed-test

@@ -5,7 +5,7 @@
 role alternates by speaker (the chat's first speaker is ``user``, the other ``assistant``); a
 session's "DATE: …" line is a ``user`` message of its own, as a client that marks each session's
 start sends it; the question is the last ``user`` message. The messages go through the gateway's
-``gateway.conversation.split``, and the evidence turns' spans are mapped onto its stream, so a
+``gateway.compress.conversation.split``, and the evidence turns' spans are mapped onto its stream, so a
 compressor is scored on exactly what the gateway hands MixPR (boundaries and query span included).
 Message framing tokens are not counted: both forms get the same budget for their text.
 """
@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from gateway import conversation
+from gateway.compress import conversation
 
 DATE = "DATE:"
 

@@ -307,7 +307,7 @@ async def recall_through_gateway(session: aiohttp.ClientSession, folder: Path, t
     from bench import metrics
     from bench.quality import ORACLE_ROUTE
     from bench.tasks import generate
-    from gateway import conversation
+    from gateway.compress import conversation
     from mixpr import compress
 
     upstream = FakeUpstream().start()

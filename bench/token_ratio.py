@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from bench.data import data_dir
-from gateway.local_model import ManagedServer
+from gateway.local.managed import ManagedServer
 from mixpr.tokens import count_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,13 +40,13 @@ def real_texts(per_file: int) -> dict[str, str]:
 
 
 def other_texts() -> dict[str, str]:
-    import gateway.compression
+    import gateway.compress.compressor
 
     rng = random.Random(1)
     return {
         "German prose": "Die Würde des Menschen ist unantastbar. Sie zu achten und zu schützen ist "
                         "Verpflichtung aller staatlichen Gewalt. " * 50,
-        "Python source": inspect.getsource(gateway.compression),
+        "Python source": inspect.getsource(gateway.compress.compressor),
         "JSON records": json.dumps([{"id": i, "name": f"item {i}", "price": i * 1.37} for i in range(500)]),
         "digit strings": " ".join(str(rng.randint(0, 10**9)) for _ in range(2000)),
     }

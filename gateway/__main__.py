@@ -8,7 +8,7 @@ import os
 import sys
 
 from gateway.config import ConfigError, load_config
-from gateway.exposure import check_bind
+from gateway.edge.exposure import check_bind
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -15,17 +15,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse
 
-from gateway import exposure
-from gateway.admission import BodyBytesMiddleware, Gate
 from gateway.api import anthropic_messages, guardrail_api, openai_chat, openai_responses, passthrough
 from gateway.api.common import authorize, state
-from gateway.chat import ChatService
-from gateway.compression import Compressor
+from gateway.compress.compressor import Compressor
 from gateway.config import GatewayConfig
+from gateway.core.chat import ChatService
+from gateway.edge import exposure
+from gateway.edge.admission import BodyBytesMiddleware
+from gateway.edge.unexpected import UnexpectedErrors
 from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
-from gateway.unexpected import UnexpectedErrors
-from gateway.workers import Workers
+from gateway.run.gate import Gate
+from gateway.run.workers import Workers
 
 log = logging.getLogger("gateway.app")
 
@@ -93,10 +94,10 @@ class GatewayState:
         if not entries:
             return {}
         try:
-            from gateway.local_model import ManagedServer
+            from gateway.local.managed import ManagedServer
         except ImportError as exc:
             raise RuntimeError(
-                f"model {entries[0].model_name!r} has a managed_server, but gateway.local_model "
+                f"model {entries[0].model_name!r} has a managed_server, but gateway.local.managed "
                 f"cannot be imported ({exc})"
             ) from exc
         restarts = self.metrics.managed_restarts
@@ -230,7 +231,7 @@ def _register_error_handlers(app: FastAPI) -> None:
 
 
 def internal_error(path: str) -> JSONResponse:
-    """The answer to a bug (``gateway.unexpected``): no detail of what went wrong reaches the client."""
+    """The answer to a bug (``gateway.edge.unexpected``): no detail of what went wrong reaches the client."""
     body = error_json("The gateway hit an internal error.", "api_error", code="internal_error")
     return _error_at(path, 500, body)
 

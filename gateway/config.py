@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from gateway.local_model import ManagedServer, ManagedServerError
+from gateway.local.managed import ManagedServer, ManagedServerError
 
 log = logging.getLogger("gateway.config")
 
@@ -46,7 +46,7 @@ class SelfRouteOverrides(_Strict):
 
 
 class Prefix(_Strict):
-    """Conversations keep the bytes sent for their earlier turns (``gateway.prefix``)."""
+    """Conversations keep the bytes sent for their earlier turns (``gateway.compress.prefix``)."""
 
     enabled: bool = True
     # Share of the budget a fresh compression of a conversation leaves free for its later turns.
@@ -79,7 +79,7 @@ class MixprSettings(_Strict):
     router_timeout_s: float = Field(10.0, gt=0)
     method: str = "mixpr"
     # Counts (tiktoken's) are multiplied by 1 + this for models whose tokenizer the gateway lacks;
-    # null: 0 for OpenAI models and managed servers (counted exactly), else 0.25 (gateway.model_tokens).
+    # null: 0 for OpenAI models and managed servers (counted exactly), else 0.25 (gateway.core.model_tokens).
     token_margin: float | None = Field(None, ge=0, le=4)
 
 

@@ -82,7 +82,7 @@ class Metrics:
             self.compression_seconds.labels(model).observe((compress_ms or 0.0) / 1000)
 
     def record_prefix(self, model: str, outcome: Any) -> None:
-        """One request of a multi-turn conversation (``gateway.prefix``)."""
+        """One request of a multi-turn conversation (``gateway.compress.prefix``)."""
         if outcome.reset:
             kind = "reset"
         elif outcome.action == "passthrough":

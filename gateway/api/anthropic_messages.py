@@ -20,9 +20,9 @@ from litellm.llms.anthropic.pass_through.adapters.transformation import Anthropi
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
-from gateway.chat import ChatCall
+from gateway.core.chat import ChatCall
+from gateway.edge.remote_files import ANTHROPIC, refuse_urls
 from gateway.errors import BadRequest, GatewayError
-from gateway.remote_files import ANTHROPIC, refuse_urls
 
 log = logging.getLogger("gateway.api.anthropic_messages")
 

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 from fastapi import Request
 from starlette.responses import StreamingResponse
 
-from gateway import offload
-from gateway.api.body import read_json
+from gateway.compress.policy import AUTO, Control
+from gateway.edge.body import read_json
 from gateway.errors import BadRequest, Unauthorized
-from gateway.policy import AUTO, Control
+from gateway.run import offload
 from mixpr import ROUTES
 
 T = TypeVar("T")
@@ -52,7 +52,7 @@ async def authorized_body(request: Request) -> tuple[Any, Any]:
 
 async def parsed(parse: Callable[[Any, Any], T], body: Any, headers: Mapping[str, str]) -> T:
     """``parse(body, headers)``, the API's validation and translation of the request: per-part work,
-    so done in a worker thread for a body of many messages or parts (``gateway.offload``)."""
+    so done in a worker thread for a body of many messages or parts (``gateway.run.offload``)."""
     return await offload.inline_or_run(offload.is_big(body), parse, body, headers)
 
 

@@ -6,7 +6,7 @@ completions, Responses and Anthropic Messages alike), or only ``texts`` where it
 The answer is ``{"action": "NONE"}`` when nothing changed, else ``GUARDRAIL_INTERVENED`` with the
 same list rewritten (one row, or one text, per row or text received), which LiteLLM writes back into
 the request before it calls the model. The helpers here are shared with the in-process guardrail
-class (``gateway.litellm_guardrail``), so both read and answer LiteLLM the same way.
+class (``gateway.plugins.litellm_guardrail``), so both read and answer LiteLLM the same way.
 
 A guardrail that cannot compress lets the prompt through (``NONE``): the model may still take it,
 and a compression service must not take the proxy's requests down with it. Malformed guardrail
@@ -22,13 +22,13 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
-from gateway import offload
 from gateway.api.common import authorized_body, parse_control
 from gateway.api.openai_chat import validate_messages
-from gateway.chat import ChatCall, report_headers
-from gateway.compression import Outcome
+from gateway.compress.compressor import Outcome
+from gateway.compress.policy import Control
+from gateway.core.chat import ChatCall, report_headers
 from gateway.errors import BadRequest, ContextLengthExceeded, GatewayError
-from gateway.policy import Control
+from gateway.run import offload
 
 log = logging.getLogger("gateway.api.guardrail")
 

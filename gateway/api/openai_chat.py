@@ -11,10 +11,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
-from gateway.chat import ChatCall
+from gateway.core.chat import ChatCall
+from gateway.edge.remote_files import CHAT, refuse_urls
 from gateway.errors import BadRequest, GatewayError
-from gateway.remote_files import CHAT, refuse_urls
-from gateway.upstream import USER_PART_TYPES
+from gateway.upstream.forward import USER_PART_TYPES
 
 log = logging.getLogger("gateway.api.openai_chat")
 

@@ -14,12 +14,12 @@ import numpy as np
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from gateway import upstream
 from gateway.api.common import authorized_body, event_stream, parse_control
 from gateway.api.openai_chat import sse, validate_params
-from gateway.chat import report_headers
-from gateway.compression import Outcome
+from gateway.compress.compressor import Outcome
+from gateway.core.chat import report_headers
 from gateway.errors import BadRequest
+from gateway.upstream import forward as upstream
 
 router = APIRouter()
 

@@ -1,6 +1,6 @@
 """Separate gateways for pool tests, held compression jobs, and killing their workers.
 
-A test holds jobs on their worker by creating a file named by ``gateway.compression.TEST_HOLD_ENV``
+A test holds jobs on their worker by creating a file named by ``gateway.compress.compressor.TEST_HOLD_ENV``
 (a test-only switch, set before the gateway's workers start); then it can kill the worker that
 holds a job, let the job time out, or fill the queue behind it, deterministically.
 """
@@ -21,9 +21,9 @@ from conftest import MASTER_KEY, ServerThread, gateway_config
 from corpus import QUESTION, haystack
 
 from gateway import create_app
-from gateway.compression import TEST_HOLD_ENV
+from gateway.compress.compressor import TEST_HOLD_ENV
 from gateway.config import parse_config
-from gateway.workers import Workers
+from gateway.run.workers import Workers
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 

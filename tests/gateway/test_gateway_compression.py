@@ -13,9 +13,9 @@ from conftest import MASTER_KEY, SMALL_WINDOW
 from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import REPLY_TEXT, FakeUpstream
 
-from gateway import conversation
-from gateway.conversation import DROPPED
-from gateway.model_tokens import DEFAULT_MARGIN
+from gateway.compress import conversation
+from gateway.compress.conversation import DROPPED
+from gateway.core.model_tokens import DEFAULT_MARGIN
 from mixpr.tokens import count_tokens
 
 SYSTEM = "You answer questions about the document the user sends."
@@ -162,7 +162,7 @@ def _failing_compress(*args: object, **kwargs: object) -> None:
 def test_compression_failure_forwards_the_original_when_it_fits(
     thread_gateway_url: str, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.compression.mixpr.compress", _failing_compress)
+    monkeypatch.setattr("gateway.compress.compressor.mixpr.compress", _failing_compress)
     upstream.clear()
     messages = [{"role": "user", "content": haystack(60, seed=8) + "\n\n" + QUESTION}]
     client = openai.OpenAI(base_url=thread_gateway_url + "/v1", api_key=MASTER_KEY, max_retries=0)
@@ -176,7 +176,7 @@ def test_compression_failure_forwards_the_original_when_it_fits(
 def test_compression_failure_on_a_prompt_that_cannot_fit(
     thread_gateway_url: str, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.compression.mixpr.compress", _failing_compress)
+    monkeypatch.setattr("gateway.compress.compressor.mixpr.compress", _failing_compress)
     upstream.clear()
     messages = _long_messages(seed=9)
     response = httpx.post(thread_gateway_url + "/v1/chat/completions",

@@ -17,7 +17,7 @@ MANAGED = {"kind": "xllamacpp", "model_path": "x.gguf", "port": 4999}
 
 
 class FakeManagedServer:
-    """Stands in for gateway.local_model.ManagedServer: starts when the test says so."""
+    """Stands in for gateway.local.managed.ManagedServer: starts when the test says so."""
 
     instances: list[FakeManagedServer] = []
     fail_with: str | None = None
@@ -51,7 +51,7 @@ class FakeManagedServer:
 
 @pytest.fixture
 def fake_managed(monkeypatch: pytest.MonkeyPatch) -> type[FakeManagedServer]:
-    monkeypatch.setattr("gateway.local_model.ManagedServer", FakeManagedServer)
+    monkeypatch.setattr("gateway.local.managed.ManagedServer", FakeManagedServer)
     FakeManagedServer.instances = []
     FakeManagedServer.fail_with = None
     return FakeManagedServer

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import gateway
-from gateway import conversation, upstream
+from gateway.compress import conversation
 from gateway.config import ConfigError, load_config, parse_config
+from gateway.upstream import forward as upstream
 
 BASE = {"model_list": [{"model_name": "m", "litellm_params": {"model": "openai/x"}}]}
 

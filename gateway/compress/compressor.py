@@ -1,0 +1,373 @@
+"""The call into MixPR (in a worker) and the router question, for one conversation.
+
+The auto router needs an LLM answer from inside the job: the job calls ``litellm.completion``
+itself (synchronously, in the worker) with the router model's settings. Decisions are cached by
+content (``gateway.compress.route_cache``), and a cached route is passed back in as forced. The pool itself
+is ``gateway.run.workers``; when and how much to compress is ``gateway.compress.policy``.
+
+A request takes a place in the compression queue at its first pool job, counting included: a
+count of a huge text waits behind compressions for the same workers and holds the same 4 MB, so
+it is admitted like one (short texts are counted on the loop and never queue). When the pool
+fails (a worker crashed twice, a job timed out), the original prompt goes out if it fits, else a
+503 ``compression_unavailable``: a server fault is never the client's 400.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import mixpr
+from gateway.compress import conversation, policy
+from gateway.compress.policy import Control, Target
+from gateway.compress.route_cache import RouteCache
+from gateway.config import MixprSettings
+from gateway.errors import CompressionFailed, CompressionUnavailable, ContextLengthExceeded, Overloaded
+from gateway.run import offload
+from gateway.run.gate import Gate, queue_full
+from gateway.run.workers import JobFailed, Workers
+from mixpr.tokens import count_tokens
+
+log = logging.getLogger("gateway.compress.compressor")
+
+INLINE_COUNT_CHARS = 200_000  # shorter texts are counted in this process: a pool hop costs more
+# Of those, texts over this many characters (1-2 ms to count, up to 15 ms at INLINE_COUNT_CHARS,
+# more on a busy machine) are counted in a thread (``gateway.run.offload``), not on the loop.
+THREAD_COUNT_CHARS = 20_000
+# No real text averages more than ~6 characters per token (English ~4, code ~3, base64 ~2.5);
+# a text over this many characters per threshold token is over the threshold without counting.
+CHARS_PER_TOKEN_CEILING = 16
+MAX_ATTEMPTS = 3  # compress, recount, shrink the budget and retry when the result does not fit
+SHRINK_MARGIN = 0.9
+UNAVAILABLE_RETRY_AFTER_S = 5  # a replacement worker takes a few seconds to start
+TEST_HOLD_ENV = "MIXPR_TEST_HOLD_JOBS_WHILE"  # test-only: compress jobs wait while this file exists
+START_SUFFIX = ".start"  # test-only: new workers' warm-up waits while the file + this suffix exists
+FAILURES = {"crash": "a compression worker crashed", "timeout": "compressing took longer than "
+            "compression_timeout_s", "unavailable": "no compression worker could be started"}
+
+
+
+@dataclass(frozen=True)
+class Router:
+    """How to ask the auto router: a cache key for the model and ``litellm.completion`` kwargs."""
+
+    name: str
+    kwargs: dict[str, Any]
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Outcome:
+    messages: list[dict[str, Any]]
+    action: str  # "passthrough" | "compressed"
+    original_tokens: int
+    final_tokens: int
+    route: str | None = None
+    compress_ms: float | None = None
+    budget: int | None = None  # what MixPR was asked to keep, and what the window left it
+    room: int | None = None
+    spans: tuple[tuple[int, int], ...] = ()  # kept spans of the conversation's stream, when compressed
+    failed_open: bool = False  # compression failed and the original went out: not a state to remember
+    reused_tokens: int = 0  # prompt tokens that repeat the previous turn's request exactly (compress.prefix)
+    reset: bool = False  # this turn was compressed afresh, so it does not start with the previous one's bytes
+
+
+class Compressor:
+    """The router cache, and the decision of what reaches the upstream; jobs run on ``workers``."""
+
+    def __init__(self, workers: Workers, *, route_cache_size: int, max_queued: int | None = None,
+                 metrics: Any = None) -> None:
+        self.workers = workers
+        queued = 4 * workers.size if max_queued is None else max_queued
+        self.queue = Gate(workers.size + queued)  # requests being compressed or waiting for a worker
+        self.metrics = metrics
+        self.routes = RouteCache(route_cache_size)
+
+    async def start(self, *, with_router: bool) -> None:
+        await self.workers.start(_warm_up, with_router)
+
+    def close(self) -> None:
+        self.workers.close()
+
+    async def prepare(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: Any,
+        target: Target,
+        settings: MixprSettings,
+        control: Control,
+        router: Router | None,
+        pool: Ticket | None = None,
+        headroom: float = 0.0,
+    ) -> Outcome:
+        """The messages to forward: unchanged below the trigger, else compressed to fit.
+
+        ``headroom``: the share of the budget to leave free (a conversation's later turns grow into
+        it, ``gateway.compress.prefix``). ``pool``: a ticket the caller holds across several calls."""
+        ticket = pool or Ticket(self)
+        try:
+            return await self._prepare(ticket, messages, tools, target, settings, control, router, headroom)
+        except JobFailed as exc:  # counting failed, so whether the original fits is unknown
+            self._failed(exc.cause)
+            raise _unavailable(exc.cause, None, target) from exc
+        finally:
+            if pool is None:
+                ticket.release()
+
+    async def fixed_tokens(self, pool: Ticket, conv: conversation.Conversation, target: Target,
+                           tools: Any) -> int:
+        """What compression never shrinks: verbatim text, framing, media and tool definitions."""
+        fixed = await self.count(pool, conv.verbatim_text, target)  # a huge system prompt happens
+        fixed += conversation.overhead_tokens(conv, target.model)
+        if tools:  # tool schemas can be megabytes too: counted like any other text
+            fixed += await self.count(pool, json.dumps(tools), target)
+        return fixed
+
+    async def count(self, pool: Ticket, text: str, target: Target) -> int:
+        """The target model's tokens in ``text`` (``Target.tokens``): counted on the loop when short,
+        in a thread when longer, in the pool when long."""
+        if len(text) < INLINE_COUNT_CHARS:
+            big = len(text) > THREAD_COUNT_CHARS
+            return target.tokens(await offload.inline_or_run(big, count_tokens, text, target.model))
+        return target.tokens(await pool.run(count_tokens, text, target.model))
+
+    async def passes(self, pool: Ticket, messages: list[dict[str, Any]], *, tools: Any, target: Target,
+                     settings: MixprSettings, control: Control) -> bool:
+        """Whether ``prepare`` would forward ``messages`` untouched (below the trigger); counting only."""
+        return (await self._measure(pool, messages, tools, target, settings, control))[3]
+
+    async def _measure(
+        self, pool: Ticket, messages: list[dict[str, Any]], tools: Any, target: Target,
+        settings: MixprSettings, control: Control,
+    ) -> tuple[conversation.Conversation, int, int | None, bool]:
+        """The conversation, its fixed tokens, its stream's tokens (None: not counted) and whether it
+        stays below the trigger."""
+        conv = await split(messages)
+        fixed = await self.fixed_tokens(pool, conv, target, tools)
+        threshold = policy.threshold(target, settings, control)
+        # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
+        # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
+        if threshold is not None and len(conv.text) > CHARS_PER_TOKEN_CEILING * threshold:
+            return conv, fixed, None, False
+        stream_tokens = await self.count(pool, conv.text, target)
+        return conv, fixed, stream_tokens, threshold is None or stream_tokens + fixed <= threshold
+
+    async def _prepare(
+        self,
+        pool: Ticket,
+        messages: list[dict[str, Any]],
+        tools: Any,
+        target: Target,
+        settings: MixprSettings,
+        control: Control,
+        router: Router | None,
+        headroom: float,
+    ) -> Outcome:
+        conv, fixed, stream_tokens, passes = await self._measure(pool, messages, tools, target, settings,
+                                                                 control)
+        if passes:
+            total = stream_tokens + fixed
+            return Outcome(messages, "passthrough", total, total)
+        try:
+            counts = (stream_tokens, fixed)
+            return await self._compress(pool, conv, counts, target, settings, control, router, headroom)
+        except (ContextLengthExceeded, Overloaded):
+            raise
+        except Exception as exc:  # a bug, a pathological text or a dead worker must not cost an answer
+            return await self._fail_open(pool, exc, messages, conv, stream_tokens, fixed, target)
+
+    async def _fail_open(
+        self,
+        pool: Ticket,
+        exc: Exception,
+        messages: list[dict[str, Any]],
+        conv: conversation.Conversation,
+        stream_tokens: int | None,
+        fixed: int,
+        target: Target,
+    ) -> Outcome:
+        """After a failed compression: the original when it fits, else 503 (pool) or 500 (MixPR raised)."""
+        cause = exc.cause if isinstance(exc, JobFailed) else "error"
+        self._failed(cause)
+        log.warning("compression failed (%s, %s); deciding whether the original fits",
+                    cause, type(exc).__name__)
+        log.debug("traceback", exc_info=exc)
+        # Over this many characters it cannot fit: no need to count (and the pool may be down).
+        if stream_tokens is None and len(conv.text) <= CHARS_PER_TOKEN_CEILING * target.limit:
+            stream_tokens = await self.count(pool, conv.text, target)
+        if stream_tokens is not None and stream_tokens + fixed <= target.limit:
+            total = stream_tokens + fixed
+            return Outcome(messages, "passthrough", total, total, failed_open=True)
+        if isinstance(exc, JobFailed):
+            total = stream_tokens + fixed if stream_tokens is not None else None
+            raise _unavailable(exc.cause, total, target) from exc
+        if stream_tokens is None:
+            stream_tokens = await self.count(pool, conv.text, target)
+        # MixPR itself raised: a server fault that a retry of the same prompt would hit again, so a
+        # 500 without Retry-After, never a 4xx (the client's prompt was fine).
+        raise CompressionFailed(
+            f"The prompt is {stream_tokens + fixed} tokens but the model accepts {target.window} "
+            f"(with {target.reserve} kept for the reply), and compressing it failed on the server "
+            f"({type(exc).__name__}), so it was not sent.",
+        ) from exc
+
+    def _failed(self, cause: str) -> None:
+        if self.metrics is not None:
+            self.metrics.compression_failures.labels(cause).inc()
+
+    async def _compress(
+        self,
+        pool: Ticket,
+        conv: conversation.Conversation,
+        counts: tuple[int | None, int],
+        target: Target,
+        settings: MixprSettings,
+        control: Control,
+        router: Router | None,
+        headroom: float = 0.0,
+    ) -> Outcome:
+        stream_tokens, fixed = counts
+        budget = max(1, int(policy.budget(fixed, target, settings, control) * (1 - headroom)))
+        route = control.route or settings.router
+        key = await self.routes.key(router.name, conv.text) if route == "auto" and router else None
+        if key:
+            route = await self.routes.decided(key) or route  # a cached decision is forced
+        with self.routes.asking(key if route == "auto" else None):
+            return await self._fit(pool, conv, stream_tokens, fixed, budget, route, key, target,
+                                   settings, router)
+
+    async def _fit(
+        self,
+        pool: Ticket,
+        conv: conversation.Conversation,
+        stream_tokens: int | None,
+        fixed: int,
+        budget: int,
+        route: str,
+        key: str | None,
+        target: Target,
+        settings: MixprSettings,
+        router: Router | None,
+    ) -> Outcome:
+        """Compress, recount, and shrink the budget until the rebuilt messages fit the window."""
+        started = time.perf_counter()
+        asked = budget
+        for _ in range(MAX_ATTEMPTS):
+            # MixPR counts with tiktoken: budgets go in, counts come back, in its units.
+            counted = target.counted(stream_tokens) if stream_tokens is not None else None
+            spans, stats = await pool.run(
+                compress_job, conv.text, budget_tokens=target.counted(budget), route=route,
+                method=settings.method, model=target.model, boundaries=conv.boundaries,
+                original_tokens=counted, query_span=conv.query_span,
+                router=router if route == "auto" else None,
+            )
+            if key and stats.get("router") == "llm":
+                self.routes.put(key, stats["route"])
+            route = stats.get("route") or route  # a retry with a smaller budget keeps the decision
+            if stream_tokens is None:  # counted by MixPR when we skipped it
+                stream_tokens = target.tokens(stats["original_tokens"])
+            messages = conversation.rebuild(conv, spans)
+            # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
+            final = await self.count(pool, (await split(messages)).text, target) + fixed
+            if final <= target.limit:
+                elapsed = (time.perf_counter() - started) * 1000
+                return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
+                               elapsed, asked, target.limit - fixed, spans=tuple(spans))
+            budget = max(1, int(budget * target.limit / final * SHRINK_MARGIN))
+        raise ContextLengthExceeded(
+            f"The prompt is {stream_tokens + fixed} tokens and the model accepts {target.window} "
+            f"(with {target.reserve} kept for the reply). Compressed it is still {final} tokens: "
+            f"the parts kept verbatim (system messages, tool definitions and calls, images, "
+            f"the final question) alone take too much.",
+            param="messages",
+        )
+
+
+async def split(messages: list[dict[str, Any]]) -> conversation.Conversation:
+    """``conversation.split``: per-part work, so in a worker thread for many messages or parts."""
+    return await offload.inline_or_run(offload.many(messages), conversation.split, messages)
+
+
+class Ticket:
+    """One request's place in the compression queue: taken at its first pool job, or refused.
+    Whoever makes one releases it."""
+
+    def __init__(self, compressor: Compressor) -> None:
+        self._compressor = compressor
+        self._admitted = False
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        compressor = self._compressor
+        if not self._admitted:
+            if not compressor.queue.try_take(1):
+                if compressor.metrics is not None:
+                    compressor.metrics.shed.labels("compression_queue").inc()
+                raise queue_full()
+            self._admitted = True
+        return await compressor.workers.run(fn, *args, **kwargs)
+
+    def release(self) -> None:
+        if self._admitted:
+            self._compressor.queue.give_back(1)
+            self._admitted = False
+
+
+def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUnavailable:
+    size = f"the original prompt ({total} tokens)" if total is not None else "the original prompt"
+    return CompressionUnavailable(
+        f"Compressing the prompt failed on the server ({FAILURES.get(cause, cause)}), and {size} does "
+        f"not fit the model's {target.window} tokens (with {target.reserve} kept for the reply), so "
+        f"it was not sent. Retry shortly.",
+        retry_after=UNAVAILABLE_RETRY_AFTER_S,
+    )
+
+
+def _warm_up(with_router: bool) -> None:
+    """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
+    _hold_for_tests(START_SUFFIX)
+    count_tokens("warm up", "gpt-4o-mini")
+    count_tokens("warm up", None)
+    if with_router:
+        from gateway.upstream import forward  # noqa: F401  (a 4 s import, better at start than mid-request)
+
+
+def compress_job(
+    text: str, *, budget_tokens: int, route: str, method: str, model: str, boundaries: tuple[int, ...],
+    original_tokens: int, router: Router | None, query_span: tuple[int, int] | None = None,
+) -> tuple[list[tuple[int, int]], dict[str, Any]]:
+    """One MixPR call, in a worker; picklable arguments in, spans and stats out."""
+    _hold_for_tests()
+    ask = functools.partial(_ask_router, router) if router else None
+    result = mixpr.compress(text, budget_tokens=budget_tokens, route=route, ask_llm=ask, method=method,
+                            model=model, boundaries=boundaries, original_tokens=original_tokens,
+                            query_span=query_span)
+    return result.spans, result.stats
+
+
+def _hold_for_tests(suffix: str = "") -> None:
+    """Test-only (the variable is never set in production): wait while the named file exists, so a
+    test can hold a job on its worker and kill it, time it out or fill the queue behind it; with
+    ``START_SUFFIX`` appended, hold a new worker's start (a replacement that takes its time)."""
+    path = os.environ.get(TEST_HOLD_ENV)
+    while path and os.path.exists(path + suffix):
+        time.sleep(0.02)
+
+
+def _ask_router(router: Router, prompt: str) -> str:
+    """The router's y/n, asked from the worker; "" on any failure so MixPR uses its heuristic."""
+    from gateway.upstream import forward as upstream  # LiteLLM: imported in the worker only with a router
+
+    messages = [{"role": "user", "content": prompt}]
+    kwargs = {**router.kwargs, "messages": messages, "timeout": router.timeout}
+    try:
+        return upstream.ask_sync(kwargs)
+    except Exception as exc:
+        log.warning("router call to %s failed (%s); using the heuristic", router.name, type(exc).__name__)
+        return ""

@@ -1,0 +1,1 @@
+"""MixPR inside a LiteLLM proxy."""

@@ -1,0 +1,287 @@
+"""The compression worker pool: where CPU-heavy jobs run, off the event loop, and survive crashes.
+
+MixPR and tiktoken are CPU work, and measured on a 1M-token prompt they hold the GIL for up to
+~220 ms at a time (chunking regexes, scikit-learn's tokenizer, tiktoken's merge loop), so worker
+*threads* would still freeze every other request. Jobs therefore run in a small pool of worker
+*processes* (``compression_executor: process``, the default); ``thread`` remains for tests and
+tiny deployments. A job gets plain picklable arguments and returns plain results.
+
+Each worker is its own one-process ``ProcessPoolExecutor``, and the pool hands jobs to idle
+workers itself. Then a worker that dies (the OOM killer) or runs past ``timeout_s`` (killed, so it
+stops burning CPU) breaks only its own executor: the job it held is known, retried once elsewhere
+(a crash; a timeout would just time out again), and that one worker is replaced in the background.
+A shared ``ProcessPoolExecutor`` breaks as a whole: every job in flight fails with
+``BrokenProcessPool`` and nothing says which process ran what, so a timeout cannot kill the right
+one. loky's reusable executor was tried and measured: it respawns, but a SIGKILLed worker still
+fails *every* job in flight (``TerminatedWorkerError`` on both jobs of a 2-worker pool), and it is
+one executor per process, which two gateways in one process (the tests) would share and resize.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import ctypes
+import functools
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable
+from concurrent.futures import BrokenExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger("gateway.run.workers")
+
+WATCH_INTERVAL_S = 0.25  # how soon a worker that died while idle is noticed and replaced
+PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent thread exits
+RESPAWN_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # between failed attempts to start a replacement
+
+
+class JobFailed(Exception):
+    """The pool could not run a job: ``cause`` is "crash", "timeout" or "unavailable"."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class _WorkerDied(Exception):
+    pass
+
+
+@dataclass(eq=False)
+class _Worker:
+    executor: concurrent.futures.Executor
+    pid: int | None = None  # None for a thread worker
+    busy: bool = False
+    retired: bool = False
+    owners: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def alive(self) -> bool:
+        if self.pid is None:
+            return True
+        try:
+            os.kill(self.pid, 0)  # the executor reaps a dead worker at once, so the pid disappears
+        except ProcessLookupError:
+            return False
+        return True
+
+
+class Workers:
+    """``workers`` processes (or threads) that run jobs for the event loop, each job at most ``timeout_s``."""
+
+    def __init__(self, *, workers: int, executor: str = "process", timeout_s: float = 30.0,
+                 metrics: Any = None) -> None:
+        self.size = workers
+        self.kind = executor
+        self.timeout_s = timeout_s
+        self._metrics = metrics
+        self._workers: list[_Worker] = []
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._warm_up: Callable[[], Any] = _noop
+        self._respawning: dict[asyncio.Task[None], str] = {}  # replacement being started -> why
+        self._failing: str | None = None  # why the last replacement could not be started
+        self._watch: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def start(self, warm_up: Callable[..., Any], *args: Any) -> None:
+        """Start every worker and run ``warm_up`` in it now (imports take seconds), not on the first job."""
+        self._warm_up = functools.partial(warm_up, *args)
+        for worker in await asyncio.gather(*(self._spawn() for _ in range(self.size))):
+            self._add(worker)
+        if self.kind == "process":
+            self._watch = asyncio.create_task(self._watch_idle())
+
+    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on a worker; a crash is retried once on another, then ``JobFailed``."""
+        call = functools.partial(fn, *args, **kwargs)
+        for attempt in (1, 2):
+            worker = await self._acquire()
+            # The job owns its worker until it ends: a caller that gives up (a client left) must
+            # not hand a busy worker to the next job, nor leave a stuck one running forever.
+            owner = asyncio.create_task(self._run_on(worker, call))
+            worker.owners.add(owner)
+            owner.add_done_callback(_forget(worker))
+            try:
+                return await asyncio.shield(owner)
+            except _WorkerDied:
+                if attempt == 2:
+                    raise JobFailed("crash", "a compression worker died twice running this job") from None
+                log.warning("a compression worker died mid-job; retrying the job on another worker")
+        raise AssertionError("unreachable")
+
+    def pids(self, *, busy: bool | None = None) -> list[int]:
+        """The worker processes' pids (all, or only the busy or idle ones): for tests and operators."""
+        return [w.pid for w in self._workers if w.pid is not None and (busy is None or w.busy == busy)]
+
+    def live(self) -> int:
+        """Workers that can take a job now (busy or idle); fewer than ``size`` while some restart."""
+        return len(self._workers)
+
+    def problems(self) -> list[str]:
+        """What keeps the pool from serving, for readiness: empty while one worker can.
+
+        A worker short is reduced capacity, not unavailability (``live`` goes to /metrics): taking an
+        instance out of rotation on every worker crash would turn crashes on several instances at
+        once into an outage.
+        """
+        if self._workers or self._closed:
+            return []
+        found = []
+        if self._respawning:
+            reasons = ", ".join(sorted(set(self._respawning.values())))
+            found.append(f"compression pool: no worker can serve, {len(self._respawning)} of {self.size} "
+                         f"restarting ({reasons})")
+        if self._failing:
+            found.append(f"compression pool: no worker can serve, a worker could not be started "
+                         f"({self._failing})")
+        return found
+
+    def close(self) -> None:
+        self._closed = True
+        for task in [self._watch, *self._respawning]:
+            if task is not None:
+                task.cancel()
+        for worker in self._workers:
+            if worker.busy and worker.pid is not None:
+                _kill(worker.pid)  # a stuck job would make the shutdown below wait forever
+            # Waiting lets worker processes exit cleanly (no leaked semaphores); queued jobs are dropped.
+            worker.executor.shutdown(wait=not worker.busy, cancel_futures=True)
+        self._workers.clear()
+
+    # -- one job ------------------------------------------------------------------------------
+
+    async def _acquire(self) -> _Worker:
+        while True:
+            if self._failing and not self._workers:
+                raise JobFailed("unavailable", f"no compression worker could be started ({self._failing})")
+            try:  # wake now and then: the last worker may fail to restart while this job waits
+                worker = await asyncio.wait_for(self._idle.get(), 1.0)
+            except TimeoutError:
+                continue
+            if not worker.retired:
+                worker.busy = True
+                return worker
+
+    async def _run_on(self, worker: _Worker, call: Callable[[], Any]) -> Any:
+        try:
+            job = asyncio.wrap_future(worker.executor.submit(call))
+            result = await asyncio.wait_for(job, self.timeout_s)
+        except TimeoutError:
+            if worker.pid is not None:
+                _kill(worker.pid)  # abandoned: it must stop burning a CPU
+            self._replace(worker, "timeout")
+            raise JobFailed("timeout", f"a compression job ran past {self.timeout_s:g} s") from None
+        except BrokenExecutor:
+            self._replace(worker, "crash")
+            raise _WorkerDied() from None
+        except BaseException:
+            self._release(worker)  # the job itself raised: the worker is fine
+            raise
+        self._release(worker)
+        return result
+
+    def _release(self, worker: _Worker) -> None:
+        worker.busy = False
+        if not worker.retired:
+            self._idle.put_nowait(worker)
+
+    # -- replacing workers ----------------------------------------------------------------------
+
+    def _replace(self, worker: _Worker, reason: str) -> None:
+        """Retire ``worker`` and start a replacement in the background."""
+        if worker.retired or self._closed:
+            return
+        worker.retired = True
+        self._workers.remove(worker)
+        # A dead or killed process's executor is broken; shutting it down joins its threads.
+        worker.executor.shutdown(wait=False, cancel_futures=True)
+        log.warning("compression worker %s replaced after a %s", worker.pid, reason)
+        if self._metrics is not None:
+            self._metrics.worker_restarts.labels(reason).inc()
+        why = "after a worker died" if reason == "crash" else "after a job timed out"
+        task = asyncio.create_task(self._respawn())
+        self._respawning[task] = why
+        task.add_done_callback(self._respawning.pop)
+
+    async def _respawn(self) -> None:
+        attempt = 0
+        while True:  # a pool that stays a worker short would slowly stop serving
+            try:
+                worker = await self._spawn()
+            except Exception as exc:
+                self._failing = f"{type(exc).__name__}: {exc}"
+                log.error("starting a compression worker failed (%s)", self._failing)
+                await asyncio.sleep(RESPAWN_BACKOFF_S[min(attempt, len(RESPAWN_BACKOFF_S) - 1)])
+                attempt += 1
+                continue
+            self._failing = None
+            self._add(worker)
+            return
+
+    async def _spawn(self) -> _Worker:
+        executor = _make_executor(self.kind)
+        try:
+            pid = await asyncio.wrap_future(executor.submit(_started, self._warm_up))
+        except BaseException:
+            executor.shutdown(wait=False, cancel_futures=True)
+            raise
+        return _Worker(executor, pid if self.kind == "process" else None)
+
+    def _add(self, worker: _Worker) -> None:
+        if self._closed:
+            worker.executor.shutdown(wait=True, cancel_futures=True)
+            return
+        self._workers.append(worker)
+        self._idle.put_nowait(worker)
+
+    async def _watch_idle(self) -> None:
+        """Replace workers that die while idle, so readiness says so and no job lands on them."""
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            for worker in list(self._workers):
+                if not worker.busy and not worker.alive():
+                    self._replace(worker, "crash")
+
+
+def _forget(worker: _Worker) -> Callable[[asyncio.Task[Any]], None]:
+    def done(task: asyncio.Task[Any]) -> None:
+        worker.owners.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a caller that left must not leave a "never retrieved" warning
+    return done
+
+
+def _started(warm_up: Callable[[], Any]) -> int:
+    """Runs first in every new worker: tie it to its parent, warm it up, say who it is."""
+    _die_with_parent()
+    warm_up()
+    return os.getpid()
+
+
+def _die_with_parent() -> None:
+    """A host that exits without closing the pool (a LiteLLM proxy has no shutdown hook for its
+    guardrails; a gateway killed with SIGKILL) must not leave idle workers behind, orphaned."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _noop() -> None:
+    return None
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _make_executor(kind: str) -> concurrent.futures.Executor:
+    if kind == "thread":
+        return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixpr")
+    # spawn, not fork: the gateway has threads (LiteLLM's, the loop's) that fork would copy mid-state.
+    context = multiprocessing.get_context("spawn")
+    return concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)

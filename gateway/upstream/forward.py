@@ -1,0 +1,366 @@
+"""Forwarding through ``litellm.acompletion``: building the call, streaming, mapping errors.
+
+Parameters LiteLLM knows for the target provider are passed as its keyword arguments, so it can
+translate them; every other body field goes into ``extra_body`` and so reaches the upstream as
+sent. That is how "drop nothing" holds even for fields LiteLLM would silently discard (it drops
+``user`` for OpenAI-compatible servers it does not recognise), and why a client can never set
+LiteLLM's own connection options (``api_base``, ``api_key``, ...) from the request body.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import functools
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+import litellm
+import openai
+from litellm.types.llms.openai import ValidUserMessageContentTypes
+
+from gateway.config import ModelEntry
+from gateway.errors import GatewayError, UpstreamError, error_json
+from gateway.run import offload
+from gateway.upstream import patches as upstream_offload
+
+log = logging.getLogger("gateway.upstream.forward")
+
+litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout for every upstream error
+litellm.telemetry = False
+# Retrying is the client's call (it sees Retry-After). Every call passes max_retries=0, but LiteLLM's
+# OpenAI embedding path reads it as ``max_retries or DEFAULT_MAX_RETRIES``, so 0 must be the default.
+litellm.DEFAULT_MAX_RETRIES = 0
+upstream_offload.install()  # big requests are built off the event loop
+T = TypeVar("T")
+
+# LiteLLM client options: never taken from a request body, whatever LiteLLM would accept.
+CLIENT_OPTIONS = frozenset({
+    "api_base", "api_key", "api_version", "base_url", "organization", "deployment_id",
+    "default_headers", "extra_headers", "headers", "timeout", "request_timeout", "max_retries",
+    "num_retries", "custom_llm_provider", "mock_response", "model_list", "litellm_logging_obj",
+})
+# Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
+ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
+# LiteLLM refuses user content parts of any other type (with an error that looks like a lost
+# connection), so the API adapters check them first.
+USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
+STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+                429: "rate_limit_error"}
+
+
+@functools.lru_cache(maxsize=256)
+def supported_params(model: str) -> frozenset[str]:
+    """The OpenAI parameters LiteLLM maps for ``model`` (a LiteLLM name like ``openai/gpt-4o``)."""
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+        found = litellm.get_supported_openai_params(model=name, custom_llm_provider=provider)
+    except Exception:  # unknown provider: let LiteLLM see nothing it could misread
+        return frozenset()
+    return frozenset(found or ()) - CLIENT_OPTIONS
+
+
+def build_call(
+    entry: ModelEntry, params: dict[str, Any], messages: list[dict[str, Any]], *, timeout: float
+) -> dict[str, Any]:
+    """Keyword arguments for ``litellm.acompletion``: the deployment's settings plus the request's
+    parameters (``stream`` is set by ``open_stream``)."""
+    known = supported_params(entry.upstream_model)
+    kwargs = _split_params(entry, params, known=known, skip=("messages",), timeout=timeout)
+    kwargs["messages"] = messages
+    # LiteLLM imports its MCP gateway (an optional dependency) whenever tools are present.
+    kwargs["_skip_mcp_handler"] = True
+    return kwargs
+
+
+# The OpenAI parameters of the legacy endpoints, passed to LiteLLM by name; others go in extra_body.
+# ``dimensions`` and ``user`` go in extra_body: LiteLLM refuses or drops them for models it does not know.
+EMBEDDING_PARAMS = frozenset({"encoding_format"})
+TEXT_COMPLETION_PARAMS = frozenset({
+    "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs", "max_tokens", "n", "presence_penalty",
+    "seed", "stop", "stream_options", "suffix", "temperature", "top_p", "user",
+})
+
+
+def build_passthrough_call(
+    entry: ModelEntry, params: dict[str, Any], *, known: frozenset[str], timeout: float
+) -> dict[str, Any]:
+    """Keyword arguments for ``litellm.aembedding`` / ``atext_completion``: as ``build_call``, with
+    that endpoint's own parameters by name."""
+    return _split_params(entry, params, known=known, skip=(), timeout=timeout)
+
+
+def _split_params(
+    entry: ModelEntry, params: dict[str, Any], *, known: frozenset[str], skip: tuple[str, ...], timeout: float
+) -> dict[str, Any]:
+    """The model's LiteLLM params, then the request's: by name if ``known``, else in extra_body.
+
+    ``model`` and ``stream`` (set by the caller), the gateway's own ``mixpr`` and ``skip`` (what the
+    caller sets itself) are not copied."""
+    kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
+    kwargs.setdefault("timeout", timeout)
+    kwargs.setdefault("max_retries", 0)  # retrying is the client's call; it sees Retry-After
+    extra_body = dict(kwargs.pop("extra_body", None) or {})
+    for key, value in params.items():
+        if key in ("model", "mixpr", "stream") or key in skip:
+            continue
+        if key in known:
+            kwargs[key] = value
+        else:
+            extra_body[key] = value
+    if extra_body:
+        kwargs["extra_body"] = extra_body
+    return kwargs
+
+
+async def _mapped(call: Callable[..., Awaitable[Any]], **kwargs: Any) -> Any:
+    """``call(**kwargs)``; whatever it raises is translated by ``map_error``."""
+    try:
+        return await call(**kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+
+
+async def embed(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``litellm.aembedding``'s answer as the JSON the client receives; a big input (and its as big
+    answer) is handled in a worker thread (``gateway.upstream.patches``)."""
+    if offload.is_big(kwargs):
+        return await _offloaded(_embedding_answer, kwargs)
+    return (await _mapped(litellm.aembedding, **kwargs)).model_dump()
+
+
+def _embedding_answer(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return litellm.embedding(**kwargs).model_dump()
+
+
+async def text_complete(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming legacy completion (``litellm.atext_completion``) as JSON; a list of many
+    prompts (and its as long answer) is handled in a worker thread."""
+    if offload.is_big(kwargs):
+        return await _offloaded(_text_answer, kwargs)
+    try:
+        async with _closed_client(kwargs) as client:
+            response = await litellm.atext_completion(**kwargs, **({"client": client} if client else {}))
+    except Exception as exc:
+        raise map_error(exc) from exc
+    return response.model_dump()
+
+
+def _text_answer(kwargs: dict[str, Any]) -> dict[str, Any]:
+    with _own_client(kwargs) as client:
+        return litellm.text_completion(**kwargs, **({"client": client} if client else {})).model_dump()
+
+
+async def _offloaded(blocking: Callable[[dict[str, Any]], T], kwargs: dict[str, Any]) -> T:
+    try:
+        return await offload.run(blocking, kwargs)
+    except Exception as exc:
+        raise map_error(exc) from exc
+
+
+@contextlib.asynccontextmanager
+async def _closed_client(kwargs: dict[str, Any]) -> AsyncIterator[openai.AsyncOpenAI | None]:
+    """For OpenAI-compatible servers, an HTTP client closed after the call: for a non-streaming
+    legacy completion LiteLLM opens one per call and never closes it (sockets wait for the GC)."""
+    if not _is_openai_compatible(kwargs):
+        yield None
+        return
+    client = openai.AsyncOpenAI(**_client_options(kwargs))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@contextlib.contextmanager
+def _own_client(kwargs: dict[str, Any]) -> Iterator[openai.OpenAI | None]:
+    """``_closed_client`` for LiteLLM's blocking calls."""
+    client = openai.OpenAI(**_client_options(kwargs)) if _is_openai_compatible(kwargs) else None
+    try:
+        yield client
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _is_openai_compatible(kwargs: dict[str, Any]) -> bool:
+    try:
+        _, provider, _, _ = litellm.get_llm_provider(kwargs["model"], api_base=kwargs.get("api_base"))
+    except Exception:  # an unknown provider: LiteLLM will say so itself
+        return False
+    return provider in ("openai", "text-completion-openai")
+
+
+def _client_options(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {"api_key": kwargs.get("api_key"), "base_url": kwargs.get("api_base"),
+            "timeout": kwargs.get("timeout"), "max_retries": 0}
+
+
+async def open_text_stream(kwargs: dict[str, Any]) -> Any:
+    """Start a streaming legacy completion; read it with ``stream_chunks``."""
+    return await _mapped(litellm.atext_completion, **{**kwargs, "stream": True})
+
+
+async def complete(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A non-streaming completion as the JSON the client receives."""
+    return (await _mapped(litellm.acompletion, **kwargs)).model_dump()
+
+
+async def open_stream(kwargs: dict[str, Any]) -> Any:
+    """Start a streaming completion; errors before the first byte still get a proper status."""
+    return await _mapped(litellm.acompletion, **{**kwargs, "stream": True})
+
+
+async def stream_chunks(stream: Any) -> AsyncIterator[dict[str, Any]]:
+    """The stream's chunks as dicts; a failure midway raises the mapped ``GatewayError``."""
+    try:
+        async for chunk in stream:
+            yield chunk.model_dump(exclude_none=True)
+    except Exception as exc:
+        raise map_error(exc) from exc
+    finally:
+        await _close(stream)
+
+
+async def _close(stream: Any) -> None:
+    # When the client disconnects, Starlette cancels us: close the upstream response as well. The
+    # close is shielded, or the pending cancellation would abort it at its first await.
+    closer = getattr(stream, "aclose", None) or getattr(getattr(stream, "completion_stream", None),
+                                                        "aclose", None)
+    if closer is not None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await closer()
+            except Exception:  # closing an already broken stream may fail again; nothing left to do
+                pass
+
+
+def ask_sync(kwargs: dict[str, Any]) -> str:
+    """A short blocking completion's text (the router's y/n, asked from a worker), or ""."""
+    response = litellm.completion(**kwargs)
+    return response.choices[0].message.content or ""
+
+
+def map_error(exc: BaseException) -> GatewayError:
+    """Translate whatever LiteLLM raised into the status and OpenAI error the client should see."""
+    if isinstance(exc, GatewayError):
+        return exc
+    causes = _causes(exc)
+    if not any(_from_the_wire(c) for c in causes):  # our own bug: not the upstream's fault
+        log.error("unexpected %s while calling the upstream", type(exc).__name__)
+        return GatewayError("The gateway hit an internal error.", status_code=500)
+    if any(isinstance(c, litellm.Timeout | openai.APITimeoutError | asyncio.TimeoutError) for c in causes):
+        return UpstreamError("The upstream model did not answer in time.", status_code=504,
+                             code="upstream_timeout")
+    if any(_is_connection_failure(c) for c in causes):
+        return UpstreamError("Could not reach the upstream model (connection failed).", status_code=502,
+                             code="upstream_connection_error")
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) and 400 <= status <= 599 else 502
+    error = _upstream_error_object(exc, status)
+    if status == 500 and _is_mislabelled_validation(error):
+        status, error = 400, _validation_error(error["message"])
+    return UpstreamError(error["message"], status_code=status, error_type=error["type"],
+                         param=error["param"], code=error["code"], headers=_retry_after(exc))
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _from_the_wire(exc: BaseException) -> bool:
+    # LiteLLM's exceptions all derive from openai's; transports raise httpx/aiohttp/OS errors.
+    # LiteLLM also wraps its own bugs (an AttributeError on a message it did not expect) in
+    # APIConnectionError, so that one counts only through a transport error among its causes.
+    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+        return False
+    return isinstance(exc, openai.OpenAIError | httpx.HTTPError | OSError | asyncio.TimeoutError) or (
+        type(exc).__module__.startswith("aiohttp")
+    )
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    return isinstance(exc, openai.APIConnectionError | httpx.TransportError | ConnectionError) or (
+        type(exc).__name__ in {"ClientConnectorError", "ServerDisconnectedError", "ClientOSError"}
+    )
+
+
+def _upstream_error_object(exc: BaseException, status: int) -> dict[str, Any]:
+    """The upstream's own error object when it sent one, else one built from the exception."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        body = body["error"]
+    fallback = STATUS_TYPES.get(status, "api_error")
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return {"message": body["message"], "type": body.get("type") or fallback,
+                "param": body.get("param"), "code": body.get("code")}
+    if isinstance(body, dict) and "detail" in body:  # FastAPI servers (llama_cpp.server, vLLM) send this
+        detail = body["detail"]
+        return error_json(_detail_message(detail), fallback, param=_detail_param(detail))["error"]
+    code = "context_length_exceeded" if isinstance(exc, litellm.ContextWindowExceededError) else None
+    message = str(getattr(exc, "message", "") or exc) or f"Upstream error ({status})."
+    return error_json(message, fallback, code=code)["error"]
+
+
+def _detail_message(detail: Any) -> str:
+    """FastAPI's ``{"detail": [{"loc": [...], "msg": ...}, ...]}`` (or a plain string) as one line."""
+    if not isinstance(detail, list):
+        return str(detail)
+    parts = []
+    for item in detail[:5]:
+        if isinstance(item, dict):
+            where = ".".join(_loc(item.get("loc")))
+            parts.append(f"{where}: {item.get('msg')}" if where else str(item.get("msg")))
+    return "Invalid request: " + "; ".join(parts) if parts else "Invalid request."
+
+
+def _loc(loc: Any) -> list[str]:
+    # Skip "body" and pydantic's union-member names (``ChatCompletionRequestUserMessage``).
+    parts = loc if isinstance(loc, list | tuple) else ()
+    return [str(p) for p in parts if p != "body" and not (isinstance(p, str) and p[:1].isupper())]
+
+
+def _detail_param(detail: Any) -> str | None:
+    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
+        return ".".join(_loc(detail[0].get("loc"))) or None
+    return None
+
+
+# llama_cpp.server's error route turns its own request validation errors into a 500 whose message
+# is pydantic's "N validation error(s):" list followed by a traceback line; it is the client's fault.
+_PYDANTIC_ERRORS = re.compile(r"^\d+ validation errors?:")
+
+
+def _is_mislabelled_validation(error: dict[str, Any]) -> bool:
+    return error["type"] == "internal_server_error" and bool(_PYDANTIC_ERRORS.match(error["message"]))
+
+
+def _validation_error(message: str) -> dict[str, Any]:
+    lines = [line.strip() for line in message.splitlines()[1:6]]
+    found = [line for line in lines if line.startswith("{")]  # pydantic's error dicts, not the traceback
+    detail = []
+    for line in found:
+        with contextlib.suppress(ValueError, SyntaxError, RecursionError, MemoryError):
+            detail.append(ast.literal_eval(line[:4000]))
+    text = _detail_message(detail) if detail else "The upstream model rejected the request as invalid."
+    return error_json(text, "invalid_request_error", param=_detail_param(detail))["error"]
+
+
+def _retry_after(exc: BaseException) -> dict[str, str]:
+    for source in (getattr(exc, "litellm_response_headers", None), getattr(exc, "headers", None),
+                   getattr(getattr(exc, "response", None), "headers", None)):
+        value = source.get("retry-after") if source else None
+        if value:
+            return {"Retry-After": str(value)}
+    return {}

@@ -1,0 +1,256 @@
+"""MixPR inside a real LiteLLM proxy process, in front of the recording upstream.
+
+One proxy (started once for the module: it takes tens of seconds) carries the gateway's guardrail
+twice over: ``mixpr``, the in-process class (``gateway.plugins.litellm_guardrail.MixPRGuardrail``), and
+``mixpr-api``, LiteLLM's own ``generic_guardrail_api`` calling a running gateway process. Each
+request names its guardrail in LiteLLM's ``guardrails`` body field. The upstream records what it
+receives, so a test sees exactly what the proxy sent the model.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+import yaml
+from conftest import MASTER_KEY, closed_port
+from corpus import NEEDLE, QUESTION, haystack
+from fake_upstream import FakeUpstream
+
+from mixpr.tokens import count_tokens
+
+ROOT = Path(__file__).resolve().parents[3]
+PROXY_KEY = "sk-proxy-test"
+WINDOW = 3000
+GUARDRAIL = "gateway.plugins.litellm_guardrail.MixPRGuardrail"
+BUDGET = 800
+STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
+LONG_PROMPT = haystack(600) + "\n\n" + QUESTION  # ~11k tokens, far over the 3,000-token window
+GUARDRAILS = ("mixpr", "mixpr-api")  # the class in the proxy; the generic API calling the gateway
+
+
+def _model(name: str, upstream: str, base: str) -> dict[str, Any]:
+    # use_chat_completions_api: LiteLLM bridges /v1/responses to the upstream's chat completions.
+    params = {"model": f"openai/{upstream}", "api_base": base, "api_key": "sk-upstream",
+              "use_chat_completions_api": True}
+    return {"model_name": name, "litellm_params": params, "model_info": {"max_input_tokens": WINDOW}}
+
+
+def proxy_config(upstream_base: str, gateway_url: str) -> dict[str, Any]:
+    mixpr = {"router": "heuristic", "budget_tokens": BUDGET, "compression_workers": 1}
+    return {
+        "model_list": [_model("small", "mode-needle-small", upstream_base),
+                       _model("broken", "mode-needle-broken", upstream_base)],
+        "guardrails": [
+            {"guardrail_name": "mixpr", "litellm_params": {
+                "guardrail": GUARDRAIL, "mode": "pre_call", **mixpr}},
+            # MixPR raises for an unknown method: the compressor failing, deterministically.
+            {"guardrail_name": "mixpr-broken", "litellm_params": {
+                "guardrail": GUARDRAIL, "mode": "pre_call", **mixpr,
+                "method": "no-such-method", "compression_executor": "thread"}},
+            {"guardrail_name": "mixpr-api", "litellm_params": {
+                "guardrail": "generic_guardrail_api", "mode": "pre_call", "api_base": gateway_url,
+                "api_key": MASTER_KEY}},
+        ],
+        "general_settings": {"master_key": PROXY_KEY},
+        "litellm_settings": {"telemetry": False},
+        "router_settings": {"disable_cooldowns": True},  # a failing test must not cool the model down
+    }
+
+
+def gateway_config(upstream_base: str) -> dict[str, Any]:
+    """The gateway the generic API calls: the proxy's model names, with their windows and budgets."""
+    def entry(name: str, **mixpr: Any) -> dict[str, Any]:
+        return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": upstream_base},
+                "model_info": {"max_input_tokens": WINDOW},
+                "mixpr": {"budget_tokens": BUDGET, "router": "heuristic", **mixpr}}
+    return {"model_list": [entry("small"), entry("broken", method="no-such-method")],
+            "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'gateway'}",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
+    env.pop("DATABASE_URL", None)
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def _wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: float) -> float:
+    """Seconds from ``started`` until ``url`` answers its liveliness check."""
+    while time.monotonic() - started < STARTUP_TIMEOUT_S:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/health/liveliness", timeout=2).status_code == 200:
+                return time.monotonic() - started
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"{url} did not start within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="module")
+def proxy_url(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    folder = tmp_path_factory.mktemp("litellm-proxy")
+    gateway_port, proxy_port = closed_port(), closed_port()
+    gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
+    (folder / "gateway.yaml").write_text(yaml.safe_dump(gateway_config(upstream.base_url)))
+    (folder / "proxy.yaml").write_text(yaml.safe_dump(proxy_config(upstream.base_url, gateway_url)))
+    # Both start at once: the proxy only calls the gateway when a request arrives.
+    started = time.monotonic()
+    gateway = _start([sys.executable, "-m", "gateway", "--config", str(folder / "gateway.yaml"),
+                      "--host", "127.0.0.1", "--port", str(gateway_port)], folder / "gateway.log")
+    proxy = _start([str(Path(sys.executable).parent / "litellm"), "--config", str(folder / "proxy.yaml"),
+                    "--host", "127.0.0.1", "--port", str(proxy_port)], folder / "proxy.log")
+    try:
+        ready = _wait_alive(gateway_url, gateway, folder / "gateway.log", started)
+        seconds = _wait_alive(proxy_url, proxy, folder / "proxy.log", started)
+        # Shown with -s: the slowest step of the suite.
+        print(f"\ngateway answered after {ready:.1f} s, LiteLLM proxy after {seconds:.1f} s")
+        yield proxy_url
+    finally:
+        _stop(proxy)
+        _stop(gateway)
+
+
+@pytest.fixture
+def proxy(proxy_url: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=proxy_url + "/v1", api_key=PROXY_KEY, max_retries=0, timeout=120) as c:
+        yield c
+
+
+def _sent(upstream: FakeUpstream, model: str) -> list[dict[str, Any]]:
+    """The messages of the one chat request ``model`` received since the test began."""
+    calls = [r for r in upstream.received(model) if r.path.endswith("/chat/completions")]
+    assert len(calls) == 1, [r.path for r in upstream.received(model)]
+    return calls[0].json["messages"]
+
+
+def _text(messages: list[dict[str, Any]]) -> str:
+    return "\n".join(str(m.get("content")) for m in messages)
+
+
+def _assert_compressed(sent: list[dict[str, Any]]) -> None:
+    original = count_tokens(LONG_PROMPT, "gpt-4o-mini")
+    tokens = count_tokens(_text(sent), "gpt-4o-mini")
+    assert tokens <= BUDGET + 50 < original, (tokens, original)
+    assert NEEDLE in _text(sent) and QUESTION in _text(sent)
+
+
+def _assert_reported(headers: Any, guardrail: str) -> None:
+    assert guardrail in headers.get("x-litellm-applied-guardrails", "")
+    if guardrail == "mixpr":  # the generic API has no way to add response headers
+        assert headers["x-mixpr-action"] == "compressed"
+        assert int(headers["x-mixpr-original-tokens"]) > WINDOW
+        assert int(headers["x-mixpr-compressed-tokens"]) <= WINDOW
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_chat_long_prompt_reaches_the_model_compressed(proxy: openai.OpenAI, upstream: FakeUpstream,
+                                                       guardrail: str) -> None:
+    upstream.clear()
+    raw = proxy.chat.completions.with_raw_response.create(
+        model="small", messages=[{"role": "system", "content": "Answer briefly."},
+                                 {"role": "user", "content": LONG_PROMPT}],
+        max_tokens=50, extra_body={"guardrails": [guardrail]})
+    sent = _sent(upstream, "mode-needle-small")
+    _assert_compressed(sent)
+    assert sent[0] == {"role": "system", "content": "Answer briefly."}
+    _assert_reported(raw.headers, guardrail)
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_responses_long_input_reaches_the_model_compressed(proxy: openai.OpenAI, upstream: FakeUpstream,
+                                                           guardrail: str) -> None:
+    upstream.clear()
+    raw = proxy.responses.with_raw_response.create(model="small", input=LONG_PROMPT, max_output_tokens=50,
+                                                   extra_body={"guardrails": [guardrail]})
+    _assert_compressed(_sent(upstream, "mode-needle-small"))
+    _assert_reported(raw.headers, guardrail)
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_anthropic_messages_long_prompt_reaches_the_model_compressed(
+        proxy_url: str, upstream: FakeUpstream, guardrail: str) -> None:
+    upstream.clear()
+    with anthropic.Anthropic(base_url=proxy_url, api_key=PROXY_KEY, max_retries=0, timeout=120) as client:
+        raw = client.messages.with_raw_response.create(
+            model="small", max_tokens=50, messages=[{"role": "user", "content": LONG_PROMPT}],
+            extra_body={"guardrails": [guardrail]})
+    _assert_compressed(_sent(upstream, "mode-needle-small"))
+    _assert_reported(raw.headers, guardrail)
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_short_prompt_reaches_the_model_byte_for_byte(proxy: openai.OpenAI, upstream: FakeUpstream,
+                                                      guardrail: str) -> None:
+    upstream.clear()
+    messages = [{"role": "system", "content": "Be terse."},
+                {"role": "user", "content": [{"type": "text", "text": "Hello  there,\n\tfriend. ✓"}]}]
+    raw = proxy.chat.completions.with_raw_response.create(model="small", messages=messages,
+                                                          extra_body={"guardrails": [guardrail]})
+    assert _sent(upstream, "mode-needle-small") == messages
+    if guardrail == "mixpr":
+        assert raw.headers["x-mixpr-action"] == "passthrough"
+
+
+@pytest.mark.parametrize("guardrail", ["mixpr-broken", "mixpr-api"])
+def test_failing_compressor_fails_open(proxy: openai.OpenAI, upstream: FakeUpstream, guardrail: str) -> None:
+    """MixPR raising (an unknown method) costs no answer: the model gets the prompt as it was."""
+    upstream.clear()
+    raw = proxy.chat.completions.with_raw_response.create(
+        model="broken", messages=[{"role": "user", "content": LONG_PROMPT}], max_tokens=20,
+        extra_body={"guardrails": [guardrail], "needle": "amber-falcon-427"})
+    assert raw.parse().choices[0].message.content == "amber-falcon-427"
+    assert _sent(upstream, "mode-needle-broken") == [{"role": "user", "content": LONG_PROMPT}]
+    if guardrail == "mixpr-broken":
+        assert raw.headers["x-mixpr-action"] == "passthrough"
+        assert raw.headers["x-mixpr-error"] == "compression_failed"
+
+
+def test_mixpr_switches_travel_as_headers(proxy: openai.OpenAI, upstream: FakeUpstream) -> None:
+    """``x-mixpr-enabled: false`` reaches the guardrail through the proxy: nothing is compressed."""
+    upstream.clear()
+    raw = proxy.chat.completions.with_raw_response.create(
+        model="small", messages=[{"role": "user", "content": LONG_PROMPT}], max_tokens=20,
+        extra_body={"guardrails": ["mixpr"]}, extra_headers={"x-mixpr-enabled": "false"})
+    assert _sent(upstream, "mode-needle-small") == [{"role": "user", "content": LONG_PROMPT}]
+    assert raw.headers["x-mixpr-action"] == "passthrough"
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_conversation_turn_starts_with_the_previous_turns_bytes(proxy: openai.OpenAI, upstream: FakeUpstream,
+                                                                guardrail: str) -> None:
+    """The gateway's conversation prefix works inside the proxy too: once a conversation has been
+    compressed afresh (turn 2 makes room to grow), turn 3 reaches the model as turn 2's exact
+    messages followed by the new ones, so the provider's prompt cache can hit."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": LONG_PROMPT}]
+    sent = []
+    for follow_up in ("What colour was the falcon?", "Which number was written next to it?", None):
+        upstream.clear()
+        reply = proxy.chat.completions.create(model="small", messages=messages, max_tokens=20,
+                                              extra_body={"guardrails": [guardrail]})
+        sent.append(_sent(upstream, "mode-needle-small"))
+        if follow_up:
+            messages += [{"role": "assistant", "content": reply.choices[0].message.content or "…"},
+                         {"role": "user", "content": follow_up}]
+    assert sent[2][: len(sent[1])] == sent[1]
+    assert len(sent[2]) == len(sent[1]) + 2
