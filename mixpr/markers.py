@@ -1,0 +1,53 @@
+"""Kept blocks -> text, each cut replaced by a marker that says what was removed and where, so an
+agent can read it again with its own tools: ``[… lines 120–388 of sympy/matrices/common.py omitted …]``.
+
+Lines are the file's own in a numbered view (``Blocks.numbered``), else the output's own ("output
+lines"). A cut in grep output or a diff also names the files it removed (at most ``MAX_NAMES``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mixpr.kinds import Blocks
+
+MAX_NAMES = 3
+
+
+def assemble(blocks: Blocks, keep: np.ndarray) -> str:
+    """The kept blocks' text in order; a marker in place of every run of omitted blocks."""
+    text, parts, previous = blocks.text, [], -1
+    for i in [*np.asarray(keep).tolist(), len(blocks)]:
+        if i > previous + 1:
+            parts.append(_placed(marker(blocks, previous + 1, i - 1), parts))
+        elif previous >= 0 and i < len(blocks):
+            parts.append(text[blocks.ends[previous] : blocks.starts[i]])  # what lies between (prose: a space)
+        if i < len(blocks):
+            parts.append(text[blocks.starts[i] : blocks.ends[i]])
+        previous = i
+    return "".join(parts)
+
+
+def _placed(note: str, parts: list[str]) -> str:
+    """A marker on a line of its own after a line's end, else inline between spaces."""
+    if not parts or parts[-1].endswith("\n"):
+        return note + "\n"
+    return f"\n{note}\n"
+
+
+def marker(blocks: Blocks, first: int, last: int) -> str:
+    """The note for omitted blocks ``first``..``last``."""
+    a, b = int(blocks.first_line[first]), int(blocks.last_line[last])
+    span = f"line {a}" if a == b else f"lines {a}–{b}"
+    if blocks.numbered:
+        where = f"{span} of {blocks.path}" if blocks.path else span
+    else:
+        where = f"output {span}"
+    return f"[… {where} omitted{_names(blocks.labels[first : last + 1])} …]"
+
+
+def _names(labels: list[str]) -> str:
+    names = [name for name in dict.fromkeys(labels) if name]
+    if not names:
+        return ""
+    more = f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else ""
+    return ": " + ", ".join(names[:MAX_NAMES]) + more
