@@ -46,21 +46,37 @@ class SelfRouteOverrides(_Strict):
 
 
 class Prefix(_Strict):
-    """Conversations keep the bytes sent for their earlier turns (``gateway.compress.prefix``)."""
+    """Multi-turn requests: each long message compressed once, at first sight, then only appended
+    (``gateway.compress.forms``); rare deliberate resets when the forms no longer fit
+    (``gateway.compress.resets``)."""
 
     enabled: bool = True
-    # Share of the budget a fresh compression of a conversation leaves free for its later turns.
-    headroom: float = Field(0.5, ge=0, lt=1)
-    # Share of the budget each later turn may add as evidence for its new question.
-    evidence: float = Field(0.1, gt=0, le=1)
-    # An Anthropic-style cache_control breakpoint on the last part of the frozen prefix.
+    # A tool result or user message over this many tokens gets a compressed form at first sight ...
+    min_tokens: int = Field(1500, ge=1)
+    # ... keeping keep_tokens plus this share of the rest.
+    keep_tokens: int = Field(1000, ge=16)
+    keep: float = Field(0.1, ge=0, le=1)
+    # A reset: "harden" compresses the older part harder (reset_shrink per level, then a placeholder);
+    # "drop" turns the older tool results into placeholders at once.
+    reset: Literal["harden", "drop"] = "harden"
+    reset_shrink: float = Field(0.5, gt=0, lt=1)
+    # After a reset in window mode the forms fill at most this share of the room (cost mode: the budget).
+    reset_fill: float = Field(0.6, gt=0, le=1)
+    # Texts under this many tokens are never compressed, even in resets.
+    reset_min_tokens: int = Field(200, ge=1)
+    # An Anthropic-style cache_control breakpoint on the last message of the previous request.
     breakpoint: bool = False
 
 
 class PrefixOverrides(_Strict):
     enabled: bool | None = None
-    headroom: float | None = Field(None, ge=0, lt=1)
-    evidence: float | None = Field(None, gt=0, le=1)
+    min_tokens: int | None = Field(None, ge=1)
+    keep_tokens: int | None = Field(None, ge=16)
+    keep: float | None = Field(None, ge=0, le=1)
+    reset: Literal["harden", "drop"] | None = None
+    reset_shrink: float | None = Field(None, gt=0, lt=1)
+    reset_fill: float | None = Field(None, gt=0, le=1)
+    reset_min_tokens: int | None = Field(None, ge=1)
     breakpoint: bool | None = None
 
 
@@ -163,7 +179,7 @@ class GeneralSettings(_Strict):
     max_queued_compressions: int | None = Field(None, ge=0)
     # Request bodies held in memory at once, across requests; past it new requests get a 503.
     max_inflight_body_bytes: int = Field(512 * 1024 * 1024, ge=1024)
-    # Conversation prefixes remembered per instance (by content hash), in bytes; 0 = recompute each time.
+    # Message forms remembered per instance (by content hash), in bytes; 0 = recompute each time.
     prefix_cache_bytes: int = Field(64 * 1024 * 1024, ge=0)
     # A body must keep arriving: no byte for this long, or slower than min_body_bytes_per_s on
     # average after it, and the request gets a 408 and its connection is closed.

@@ -59,11 +59,16 @@ class Metrics:
                                   "(answered from the compressed prompt, or escalated)",
                                   ["model", "outcome"], registry=r)
         self.prefix_turns = Counter("mixpr_prefix_turns", "Requests of multi-turn conversations by what "
-                                    "was sent: passthrough, compressed (first time), appended (the "
-                                    "previous turn's bytes, then the new messages), reset",
+                                    "was sent: passthrough, compressed (nothing reused), appended (the "
+                                    "previous request's bytes, then the new messages), reset",
                                     ["model", "outcome"], registry=r)
         self.prefix_reused_tokens = Counter("mixpr_prefix_reused_tokens", "Prompt tokens sent exactly as in "
                                             "the conversation's previous request", ["model"], registry=r)
+        self.resets = Counter("mixpr_resets", "Multi-turn requests with a reset since the previous "
+                              "request (their older messages compressed harder: one cache miss)",
+                              ["model"], registry=r)
+        self.new_forms = Counter("mixpr_message_forms", "Message forms computed (not found in the "
+                                 "instance's cache)", ["model"], registry=r)
         self.upstream_cached_tokens = Counter("mixpr_upstream_cached_tokens", "Prompt tokens the upstream "
                                               "reported read from (or written to) its prompt cache",
                                               ["model", "kind"], registry=r)
@@ -82,8 +87,10 @@ class Metrics:
             self.compression_seconds.labels(model).observe((compress_ms or 0.0) / 1000)
 
     def record_prefix(self, model: str, outcome: Any) -> None:
-        """One request of a multi-turn conversation (``gateway.compress.prefix``)."""
+        """One request of a multi-turn conversation (``gateway.compress.history``)."""
+        self.new_forms.labels(model).inc(outcome.new_forms)
         if outcome.reset:
+            self.resets.labels(model).inc()
             kind = "reset"
         elif outcome.action == "passthrough":
             kind = "passthrough"

@@ -74,8 +74,11 @@ class Outcome:
     room: int | None = None
     spans: tuple[tuple[int, int], ...] = ()  # kept spans of the conversation's stream, when compressed
     failed_open: bool = False  # compression failed and the original went out: not a state to remember
-    reused_tokens: int = 0  # prompt tokens that repeat the previous turn's request exactly (compress.prefix)
-    reset: bool = False  # this turn was compressed afresh, so it does not start with the previous one's bytes
+    reused_tokens: int = 0  # prompt tokens that repeat the previous turn's request exactly (compress.history)
+    reset: bool = False  # a reset since the previous request: its older part was compressed harder
+    new_forms: int = 0  # message forms computed for this request (not found in the instance's cache)
+    reuse_basis: str = "none"  # how reused_tokens is known: remembered, recomputed or none
+    resets: int = 0  # reset points in the conversation so far
 
 
 class Compressor:
@@ -110,7 +113,7 @@ class Compressor:
         """The messages to forward: unchanged below the trigger, else compressed to fit.
 
         ``headroom``: the share of the budget to leave free (a conversation's later turns grow into
-        it, ``gateway.compress.prefix``). ``pool``: a ticket the caller holds across several calls."""
+        it, ``gateway.compress.history``). ``pool``: a ticket the caller holds across several calls."""
         ticket = pool or Ticket(self)
         try:
             return await self._prepare(ticket, messages, tools, target, settings, control, router, headroom)

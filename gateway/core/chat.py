@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.compress.compressor import Compressor, Outcome, Router
+from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
-from gateway.compress.prefix import Prefixes, Request
 from gateway.config import GatewayConfig, MixprSettings, ModelEntry, max_input_tokens
 from gateway.core import model_tokens, self_route
 from gateway.errors import ModelNotFound, ModelUnavailable, UpstreamError
@@ -37,6 +37,7 @@ class ChatCall:
     params: dict[str, Any] = field(default_factory=dict)  # every other OpenAI chat parameter
     control: Control = Control()
     stream: bool = False
+    verbatim_ids: frozenset[str] = frozenset()  # tool results the client marked as errors: sent whole
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class ChatService:
                        for m in self.config.model_list}
         self.counters = model_tokens.server_counters(self.config.model_list)
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
-        self.prefixes = Prefixes(self.compressor, cache_bytes=self.config.general_settings.prefix_cache_bytes,
-                                 metrics=self.metrics)
+        self.history = History(self.compressor, cache_bytes=self.config.general_settings.prefix_cache_bytes,
+                               metrics=self.metrics)
 
     async def aclose(self) -> None:
         for counter in self.counters.values():
@@ -98,7 +99,7 @@ class ChatService:
 
     async def prepare(self, call: ChatCall) -> Outcome:
         """What is sent upstream for ``call``: the trigger, budget, query span, router, the
-        conversation's prefix (``gateway.compress.prefix``) and failing open decided here, once, for every API
+        messages' forms (``gateway.compress.history``) and failing open decided here, once, for every API
         and for the LiteLLM guardrail (which sends nothing)."""
         started = time.perf_counter()
         entry = self.entry(call.model)
@@ -129,7 +130,7 @@ class ChatService:
                         _reserve_param(call.params), added, self.scales[name])
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
-                          self.routers.get(settings.router_model or name), more)
+                          self.routers.get(settings.router_model or name), more, call.verbatim_ids)
         outcome = await self._decide(request, name, prefix)
         counter = self.counters.get(name)
         if counter is None or control.enabled is False:
@@ -138,8 +139,8 @@ class ChatService:
 
     async def _decide(self, request: Request, name: str, prefix: bool) -> Outcome:
         if prefix:
-            return await self.prefixes.prepare(request, name)
-        return await self.prefixes.today(request)
+            return await self.history.prepare(request, name)
+        return await self.history.today(request)
 
     async def _counted(self, counter: model_tokens.ServerCounter, request: Request, name: str,
                        prefix: bool, outcome: Outcome) -> Outcome:
@@ -277,7 +278,10 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-route": outcome.route or "none",
         "x-mixpr-compress-ms": _ms(outcome.compress_ms),
         "x-mixpr-prefix-reused-tokens": str(outcome.reused_tokens),
+        "x-mixpr-prefix-basis": outcome.reuse_basis,
+        "x-mixpr-new-forms": str(outcome.new_forms),
         "x-mixpr-reset": "true" if outcome.reset else "false",
+        "x-mixpr-resets": str(outcome.resets),
     }
 
 

@@ -1,0 +1,118 @@
+"""What must hold for a compressed request before it is forwarded, checked against the client's own.
+
+Providers reject a request whose tool calls and results do not pair up, whose thinking blocks changed,
+or that carries more than four cache breakpoints; agents break when a system prompt, a tool definition
+or an error they must read changed. Compression only ever replaces text, so every check compares the
+built request with the client's: a problem the client's request already had is not the gateway's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+MAX_BREAKPOINTS = 4  # cache_control markers Anthropic accepts in one request
+FIXED_KEYS = ("role", "tool_call_id", "name", "thinking_blocks", "reasoning_content", "function_call")
+
+
+def problems(original: Sequence[dict[str, Any]], sent: Sequence[dict[str, Any]],
+             verbatim_ids: frozenset[str] = frozenset()) -> list[str]:
+    """What is wrong with ``sent`` as a compressed form of ``original`` ([] = safe to forward)."""
+    if len(original) != len(sent):
+        return [f"{len(sent)} messages built from {len(original)}"]
+    found = [problem for i, (a, b) in enumerate(zip(original, sent, strict=True))
+             for problem in _message(i, a, b, verbatim_ids)]
+    introduced = set(pairing(sent)) - set(pairing(original))
+    found += sorted(introduced)
+    if breakpoints(sent) > max(MAX_BREAKPOINTS, breakpoints(original)):
+        found.append(f"{breakpoints(sent)} cache_control breakpoints (at most {MAX_BREAKPOINTS})")
+    return found
+
+
+def _message(i: int, a: dict[str, Any], b: dict[str, Any], verbatim_ids: frozenset[str]) -> list[str]:
+    if a.get("role") in ("system", "developer") or a.get("tool_call_id") in verbatim_ids:
+        return [] if a == b else [f"message {i}: a {a.get('role')} message that must pass verbatim changed"]
+    found = [f"message {i}: {key} changed" for key in FIXED_KEYS if a.get(key) != b.get(key)]
+    found += _calls(i, a.get("tool_calls") or [], b.get("tool_calls") or [])
+    found += _parts(i, a.get("content"), b.get("content"))
+    return found
+
+
+def _calls(i: int, a: list[Any], b: list[Any]) -> list[str]:
+    """The same calls (ids, names, order); arguments still JSON when they were."""
+    if [_call_id(c) for c in a] != [_call_id(c) for c in b]:
+        return [f"message {i}: tool calls changed"]
+    found = []
+    for x, y in zip(a, b, strict=True):
+        if _is_json((x.get("function") or {}).get("arguments")) and not _is_json((y.get("function") or {}).get("arguments")):
+            found.append(f"message {i}: arguments of {x.get('id')} are no longer JSON")
+    return found
+
+
+def _call_id(call: Any) -> tuple[Any, Any]:
+    if not isinstance(call, dict):
+        return (None, None)
+    return call.get("id"), (call.get("function") or {}).get("name")
+
+
+def _parts(i: int, a: Any, b: Any) -> list[str]:
+    """Text may change; every other part (images, documents, their markers) may not."""
+    if isinstance(a, str) or a is None:
+        return [] if isinstance(b, str) or b == a else [f"message {i}: content changed shape"]
+    if not isinstance(b, list) or len(a) != len(b):
+        return [f"message {i}: content parts changed"]
+    found = []
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, dict) and x.get("type") == "text":
+            if {k: v for k, v in x.items() if k != "text"} != {k: v for k, v in y.items() if k != "text"}:
+                found.append(f"message {i}: a text part's markers changed")
+        elif x != y:
+            found.append(f"message {i}: a {x.get('type') if isinstance(x, dict) else 'non-text'} part changed")
+    return found
+
+
+def _is_json(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
+
+
+def pairing(messages: Sequence[dict[str, Any]]) -> list[str]:
+    """What a provider would reject about the tool calls and results ([] = valid): every tool message
+    answers, once, a call of the assistant message before its run of results, and every call is
+    answered before the next message that is not a result (parallel calls: all of them)."""
+    found: list[str] = []
+    open_calls: list[Any] = []
+    answered: set[Any] = set()
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call = message.get("tool_call_id")
+            if call in open_calls:
+                open_calls.remove(call)
+                answered.add(call)
+            else:
+                found.append(f"message {i}: a result for {call}, which is not an open call")
+            continue
+        if open_calls:
+            found.append(f"message {i}: {role} message before the results of {', '.join(map(str, open_calls))}")
+        open_calls, answered = [], set()
+        if role == "assistant":
+            open_calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
+    return found
+
+
+def breakpoints(messages: Sequence[dict[str, Any]]) -> int:
+    """``cache_control`` markers on messages and their content parts."""
+    count = 0
+    for message in messages:
+        count += "cache_control" in message
+        content = message.get("content")
+        if isinstance(content, list):
+            count += sum(1 for p in content if isinstance(p, dict) and "cache_control" in p)
+    return count

@@ -1,0 +1,273 @@
+"""One message's form: what is sent for it, a pure function of the message and what it answers.
+
+A long message (a tool result, a pasted document, a long user message) is compressed once, when it
+is first seen, for what it answers: a tool result for the call that produced it (name, arguments, the
+assistant text that made the call) and the task (the conversation's first user message); a user
+message for its own question (its last paragraph). Nothing of later turns enters, so every instance,
+cold or warm, computes the same bytes for it, and a request's compressed form is the concatenation of
+its messages' forms (``gateway.compress.history``).
+
+A form has a *level*: 0 is the first-sight form (the message itself when it is short, an error, or
+not text); each deliberate reset (``gateway.compress.resets``) that covers a message raises its
+level by one, which compresses it harder (and then also the agent's own words and the long string
+values of its old tool-call arguments, the JSON staying valid), down to a one-line placeholder.
+
+Forms are computed in the worker pool (``form_job``) and remembered by content hash in a
+:class:`FormCache`, bounded in bytes, least recently used first, with a per-entry cap so that one
+long conversation never flushes the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import mixpr
+from gateway.config import Prefix
+from mixpr.tokens import count_tokens
+
+VERBATIM_ROLES = frozenset({"system", "developer"})
+QUESTION_MAX_CHARS = 2000  # a user message's question: its last paragraph, at most this long
+# An output that says it failed is read whole by the agent's next step (and is usually short).
+ERROR_START = re.compile(r"\A\s*(?:error\b|exception\b|traceback \(most recent call last\)|fatal\b|"
+                         r"\S+: (?:command not found|no such file or directory))", re.IGNORECASE)
+ERROR_MAX_CHARS = 20_000  # a longer output that starts with "Error" is a log like any other
+PLACEHOLDER_MIN_TOKENS = 48  # a harder budget below this: the placeholder says more per token
+ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as written
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One compressible text of a message: its ``content`` (``part`` None), one of its text parts, or
+    (``call`` set) the arguments of one of its tool calls."""
+
+    message: int
+    part: int | None
+    call: int | None
+    role: str
+    text: str
+    query: str  # what it answers, outside the text
+    source: str | None  # the file a tool result shows, when the call names it
+    question: bool  # a user message: its last paragraph is its question and is always kept
+    first_sight: bool  # compressed from level 0 (else only in resets)
+
+
+def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozenset()) -> list[Piece]:
+    """The compressible pieces of ``messages``, in order. System and developer messages, images and
+    other media, thinking blocks, names and ids never are; neither are error tool results
+    (``verbatim_ids``: results the client marked ``is_error``, or outputs that say they failed) nor
+    assistant messages that carry thinking blocks (their provider checks them as sent)."""
+    task = next((_text(m) for m in messages if m.get("role") == "user"), "")
+    calls: dict[str, tuple[dict[str, Any], str]] = {}
+    found: list[Piece] = []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            for call in message.get("tool_calls") or ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    calls[call["id"]] = (call.get("function") or {}, _text(message))
+            if not _thinks(message):
+                found += _own_pieces(index, message, task)
+        elif role == "tool" and not _is_error(message, verbatim_ids):
+            function, said = calls.get(message.get("tool_call_id") or "", ({}, ""))
+            query = "\n".join((f"{function.get('name', '')} {function.get('arguments', '')}", said, task))
+            found += _texts(index, message, query, _path(function.get("arguments")), question=False, first=True)
+        elif role == "user":
+            found += _texts(index, message, "", None, question=True, first=True)
+    return found
+
+
+def _own_pieces(index: int, message: dict[str, Any], task: str) -> list[Piece]:
+    """An assistant message's words and call arguments: compressible in resets only."""
+    found = _texts(index, message, task, None, question=False, first=False)
+    for number, call in enumerate(message.get("tool_calls") or ()):
+        arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
+        if isinstance(arguments, str) and len(arguments) > ARGUMENT_MIN_CHARS:
+            found.append(Piece(index, None, number, "assistant", arguments, task, None, False, False))
+    return found
+
+
+def _texts(index: int, message: dict[str, Any], query: str, source: str | None, *, question: bool,
+           first: bool) -> list[Piece]:
+    content = message.get("content")
+    role = message.get("role", "")
+    if isinstance(content, str):
+        return [Piece(index, None, None, role, content, query, source, question, first)] if content else []
+    if not isinstance(content, list):
+        return []
+    return [Piece(index, i, None, role, p["text"], query, source, question, first)
+            for i, p in enumerate(content)
+            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) and p["text"]]
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content
+                         if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
+    return ""
+
+
+def _thinks(message: dict[str, Any]) -> bool:
+    return bool(message.get("thinking_blocks") or message.get("reasoning_content"))
+
+
+def _is_error(message: dict[str, Any], verbatim_ids: frozenset[str]) -> bool:
+    if message.get("tool_call_id") in verbatim_ids:
+        return True
+    text = _text(message)
+    return len(text) <= ERROR_MAX_CHARS and bool(ERROR_START.match(text))
+
+
+def _path(arguments: Any) -> str | None:
+    """A ``path`` (or ``file_path``) argument of the call: the file the result shows."""
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else None
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    path = parsed.get("path") or parsed.get("file_path")
+    return path if isinstance(path, str) else None
+
+
+# -- budgets ---------------------------------------------------------------------------------------
+
+
+def budget(piece: Piece, tokens: int, level: int, settings: Prefix) -> int | None:
+    """Tokens ``piece`` (of ``tokens``) keeps at ``level``; None: sent as it is; 0: a placeholder."""
+    first = tokens
+    if piece.first_sight and tokens > settings.min_tokens:
+        first = min(tokens, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
+    if level == 0:
+        return first if first < tokens else None
+    if tokens <= settings.reset_min_tokens:
+        return None
+    if settings.reset == "drop" and piece.role == "tool":
+        return 0
+    harder = int(min(first, settings.keep_tokens) * settings.reset_shrink ** level)
+    return harder if harder >= PLACEHOLDER_MIN_TOKENS else 0
+
+
+def key(piece: Piece, asked: int, salt: str) -> str:
+    """The content hash of one form: the piece, what it answers, its budget and the config."""
+    digest = hashlib.blake2b(digest_size=20)
+    for value in (salt, piece.role, piece.text, piece.query, piece.source or "", str(piece.question),
+                  str(piece.call is not None), str(asked)):
+        digest.update(value.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return digest.hexdigest()
+
+
+# -- in a worker -----------------------------------------------------------------------------------
+
+
+def form_job(piece: Piece, asked: int, model: str | None) -> tuple[str, int]:
+    """The form of ``piece`` within ``asked`` tokens, and its tokens. Runs in the worker pool."""
+    if asked == 0:
+        form = placeholder(piece)
+    elif piece.call is not None:
+        form = _arguments(piece.text, asked, piece.query, model)
+    elif piece.question:
+        form = _with_question(piece.text, asked, model)
+    else:
+        form = _compressed(piece.text, asked, piece.query, piece.source, model)
+    return form, count_tokens(form, model)
+
+
+def placeholder(piece: Piece) -> str:
+    lines = piece.text.count("\n") + 1
+    what = {"tool": "tool output", "user": "message", "assistant": "text"}.get(piece.role, "text")
+    if piece.call is not None:
+        return json.dumps({"omitted": f"{len(piece.text)} characters of arguments, omitted to fit the context"})
+    return f"[… {what} of {lines} lines omitted to fit the context; ask for it again if it is needed …]"
+
+
+def _compressed(text: str, asked: int, query: str, source: str | None, model: str | None) -> str:
+    return mixpr.compress(text, budget_tokens=max(1, asked), kind="auto", query=query, source=source,
+                          model=model).text
+
+
+def _with_question(text: str, asked: int, model: str | None) -> str:
+    """A user message: the body compressed for its question, the question (last paragraph) kept."""
+    body, question = split_question(text)
+    if not body:
+        return text
+    room = max(1, asked - count_tokens(question, model))
+    return f"{_compressed(body, room, question, None, model)}\n\n{question}"
+
+
+def split_question(text: str) -> tuple[str, str]:
+    """``text`` as (body, question): the question is its last paragraph, at most
+    ``QUESTION_MAX_CHARS`` long (then its tail)."""
+    end = len(text.rstrip())
+    floor = max(0, end - QUESTION_MAX_CHARS)
+    blank = text.rfind("\n\n", floor, end)
+    start = floor if blank < 0 else blank + 2
+    return text[:start].rstrip(), text[start:end].strip()
+
+
+def _arguments(arguments: str, asked: int, query: str, model: str | None) -> str:
+    """Tool-call arguments with their long string values compressed as text (the JSON stays valid);
+    unchanged when they are not JSON."""
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return arguments
+    total = max(1, count_tokens(arguments, model))
+    shrunk = _strings(parsed, lambda s: _compressed(s, max(1, asked * count_tokens(s, model) // total), query,
+                                                   None, model))
+    return json.dumps(shrunk, ensure_ascii=False)
+
+
+def _strings(value: Any, shrink: Any) -> Any:
+    if isinstance(value, str):
+        return shrink(value) if len(value) > ARGUMENT_MIN_CHARS else value
+    if isinstance(value, dict):
+        return {k: _strings(v, shrink) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strings(v, shrink) for v in value]
+    return value
+
+
+# -- the cache -------------------------------------------------------------------------------------
+
+
+class FormCache:
+    """Forms by content hash, bounded in bytes; least recently used first out. An entry over
+    ``1/ENTRY_SHARE`` of the bound is not kept, so one huge message never empties the cache."""
+
+    ENTRY_SHARE = 64
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._forms: OrderedDict[str, tuple[str, int]] = OrderedDict()
+        self._lock = threading.Lock()  # filled from the loop, read from planning threads
+
+    def get(self, name: str) -> tuple[str, int] | None:
+        with self._lock:
+            found = self._forms.get(name)
+            if found is not None:
+                self._forms.move_to_end(name)
+            return found
+
+    def put(self, name: str, form: tuple[str, int]) -> None:
+        size = 2 * len(form[0]) + 100
+        if size > self.max_bytes // self.ENTRY_SHARE:
+            return
+        with self._lock:
+            if name in self._forms:
+                return
+            self._forms[name] = form
+            self.used += size
+            while self.used > self.max_bytes:
+                _, old = self._forms.popitem(last=False)
+                self.used -= 2 * len(old[0]) + 100

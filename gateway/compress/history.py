@@ -1,0 +1,431 @@
+"""What a multi-turn request sends: the concatenation of its messages' forms, after rare resets.
+
+Providers bill a repeated prompt prefix at a tenth of the price, and Anthropic checks an assistant
+turn's thinking blocks against what came before them, so the bytes sent for a conversation's earlier
+messages must not change from one request to the next. Here each message's form is a pure function
+of that message, what it answers, the task and the config (``gateway.compress.forms``); resets are
+found by a causal scan (``gateway.compress.resets``). So what is sent is a pure function of the
+request: any instance, cold or warm, sends the same bytes, and a cold one only computes the forms
+it has not cached. A request with no earlier turn (a single question) is compressed as a whole, as
+before (``Compressor.prepare``).
+
+All per-message work (hashing, counting, the scan, rebuilding) runs in a thread
+(``gateway.run.offload``); MixPR runs in the worker pool, reached from that thread through the loop.
+Before anything is forwarded, ``gateway.compress.checks`` compares it with the client's request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gateway.compress import checks, conversation, forms, policy, resets
+from gateway.compress.compressor import Compressor, Outcome, Router, Ticket
+from gateway.compress.policy import Control, Target
+from gateway.config import MixprSettings
+from gateway.errors import ContextLengthExceeded, Overloaded
+from gateway.run import offload
+from mixpr.tokens import count_tokens
+
+log = logging.getLogger("gateway.compress.history")
+
+ORIGINAL = -1  # the level of no form at all: the client's own text
+MAX_LEVEL = 6  # resets a message can go through; at the last one it is a placeholder
+BREAKPOINT = {"type": "ephemeral"}
+MAX_BREAKPOINTS = 4  # Anthropic's limit per request
+REMEMBERED_BYTES = 8 * 1024 * 1024  # what this instance sent per conversation, for honest reports
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request's fixed parts: everything its forms and resets depend on besides the messages."""
+
+    messages: list[dict[str, Any]]
+    tools: Any
+    target: Target
+    settings: MixprSettings
+    control: Control
+    router: Router | None
+    more_evidence: float = 1.0  # Self-Route's retry asks for more evidence (unused by forms)
+    verbatim_ids: frozenset[str] = frozenset()  # tool results the client marked as errors
+
+
+@dataclass
+class _Plan:
+    """One request as the thread builds it."""
+
+    request: Request
+    pieces: list[forms.Piece]
+    tokens: list[int]  # each piece's own tokens
+    by_message: dict[int, list[int]]  # message -> its pieces (indices into ``pieces``)
+    rest: list[int]  # each message's tokens besides its pieces (framing, names, calls, media)
+    constant: int  # tools and the reply's priming
+    salt: str
+    forms: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
+    new_forms: int = 0  # forms computed for this request (not found in the cache)
+
+
+class History:
+    """Prepares every request; multi-turn ones as the concatenation of their messages' forms."""
+
+    def __init__(self, compressor: Compressor, *, cache_bytes: int, metrics: Any = None) -> None:
+        self.compressor = compressor
+        self.cache = forms.FormCache(cache_bytes)
+        self.metrics = metrics
+        self.sent = _Sent(REMEMBERED_BYTES)
+
+    async def prepare(self, request: Request, model_name: str = "") -> Outcome:
+        """The messages to forward for ``request``, and the report."""
+        if not _multi_turn(request):
+            return await self.today(request)  # a single question: exactly as without this module
+        started = time.perf_counter()
+        ticket = Ticket(self.compressor)
+        bridge = _Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
+        try:
+            outcome = await offload.run(self._build, request, bridge, model_name)
+        except (ContextLengthExceeded, Overloaded):
+            raise
+        except Exception as exc:  # a failed build must not cost an answer: the whole request, as today
+            log.warning("per-message forms failed (%s); compressing the whole request", type(exc).__name__)
+            log.debug("traceback", exc_info=exc)
+            return await self.today(request)
+        finally:
+            ticket.release()
+        outcome = replace(outcome, compress_ms=(time.perf_counter() - started) * 1000)
+        if request.more_evidence == 1.0 and self.metrics is not None:
+            self.metrics.record_prefix(model_name, outcome)
+        return outcome
+
+    async def today(self, request: Request) -> Outcome:
+        """The whole request compressed for its last question, as if it had no earlier turns."""
+        return await self.compressor.prepare(
+            request.messages, tools=request.tools, target=request.target, settings=request.settings,
+            control=request.control, router=request.router)
+
+    # -- in a thread ------------------------------------------------------------------------------
+
+    def _build(self, request: Request, bridge: _Bridge, model_name: str) -> Outcome:
+        plan = self._plan(request)
+        self._forms(plan, bridge, [(p, 0) for p in range(len(plan.pieces))])
+        room, after = _room(request)
+        ends = _turn_ends(request.messages)
+        previous = ends[-2] if len(ends) > 1 else -1
+        scanned = resets.scan(
+            [self._size(plan, j, 0) for j in range(len(request.messages))], plan.constant,
+            room=request.target.counted(room), after=request.target.counted(after),
+            older_end=lambda i: _older_end(request.messages, i),
+            harder=lambda js, levels: self._sizes(plan, bridge, js, levels),
+            max_level=MAX_LEVEL, snapshot_at=previous)
+        sent = self._assemble(plan, scanned.levels)
+        return self._outcome(plan, scanned, sent, previous, model_name)
+
+    def _plan(self, request: Request) -> _Plan:
+        model = request.target.model
+        found = forms.pieces(request.messages, request.verbatim_ids)
+        tokens = [self._count(p.text, model) for p in found]
+        by_message: dict[int, list[int]] = {}
+        for number, piece in enumerate(found):
+            by_message.setdefault(piece.message, []).append(number)
+        rest = [self._rest(m, [found[p] for p in by_message.get(i, [])], model)
+                for i, m in enumerate(request.messages)]
+        constant = conversation.TOKENS_PER_REPLY
+        if request.tools:
+            constant += self._count(json.dumps(request.tools), model)
+        salt = json.dumps([request.settings.prefix.model_dump(mode="json"), model])
+        return _Plan(request, found, tokens, by_message, rest, constant, salt)
+
+    def _count(self, text: str, model: str) -> int:
+        """Tokens of ``text``, remembered by content hash (histories repeat every message)."""
+        name = "n" + hashlib.blake2b(f"{model}\x00{text}".encode("utf-8", "surrogatepass"),
+                                     digest_size=20).hexdigest()
+        known = self.cache.get(name)
+        if known is not None:
+            return known[1]
+        tokens = count_tokens(text, model)
+        self.cache.put(name, ("", tokens))
+        return tokens
+
+    def _rest(self, message: dict[str, Any], own: list[forms.Piece], model: str) -> int:
+        """A message's tokens besides its pieces: framing, verbatim text, names, calls, media."""
+        texts: list[str] = []
+        content = message.get("content")
+        if not any(p.part is None and p.call is None for p in own) and isinstance(content, str):
+            texts.append(content)
+        media = 0
+        if isinstance(content, list):
+            parts = {p.part for p in own if p.call is None}
+            for i, part in enumerate(content):
+                if i in parts:
+                    continue
+                if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+                else:
+                    media += 1
+        calls = {p.call for p in own if p.call is not None}
+        for number, call in enumerate(message.get("tool_calls") or ()):
+            function = call.get("function") or {} if isinstance(call, dict) else {}
+            texts.append(str(function.get("name", "")))
+            if number not in calls:
+                texts.append(str(function.get("arguments", "")))
+        for name in ("name", "tool_call_id"):
+            if isinstance(message.get(name), str):
+                texts.append(message[name])
+        counted = self._count("\n".join(texts), model) if texts else 0
+        return conversation.TOKENS_PER_MESSAGE + counted + conversation.TOKENS_PER_MEDIA_PART * media
+
+    def _forms(self, plan: _Plan, bridge: _Bridge, pairs: Sequence[tuple[int, int]]) -> None:
+        """Fill ``plan.forms`` for (piece, level) pairs: from the cache, else computed in the pool."""
+        settings, model = plan.request.settings.prefix, plan.request.target.model
+        missing: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # form -> budget, its (piece, level)s
+        for number, level in pairs:
+            if (number, level) in plan.forms:
+                continue
+            piece = plan.pieces[number]
+            asked = forms.budget(piece, plan.tokens[number], level, settings)
+            if asked is None:
+                continue
+            name = forms.key(piece, asked, plan.salt)
+            cached = self.cache.get(name)
+            if cached is not None:
+                plan.forms[(number, level)] = cached
+            else:  # the same text at the same budget (a repeated output, two levels): computed once
+                missing.setdefault(name, (asked, []))[1].append((number, level))
+        if not missing:
+            return
+        jobs = [(plan.pieces[wanted[0][0]], asked) for asked, wanted in missing.values()]
+        for (name, (_, uses)), form in zip(missing.items(), bridge.forms(jobs, model), strict=True):
+            self.cache.put(name, form)
+            for use in uses:
+                plan.forms[use] = form
+        plan.new_forms += len(missing)
+
+    def _size(self, plan: _Plan, message: int, level: int) -> int:
+        total = plan.rest[message]
+        for number in plan.by_message.get(message, ()):
+            form = plan.forms.get((number, level))
+            total += form[1] if form is not None else plan.tokens[number]
+        return total
+
+    def _sizes(self, plan: _Plan, bridge: _Bridge, messages: Sequence[int], levels: Sequence[int]) -> list[int]:
+        wanted = [(p, level) for j, level in zip(messages, levels, strict=True) for p in plan.by_message.get(j, ())]
+        self._forms(plan, bridge, wanted)
+        return [self._size(plan, j, level) for j, level in zip(messages, levels, strict=True)]
+
+    def _assemble(self, plan: _Plan, levels: list[int]) -> list[dict[str, Any]]:
+        """The client's messages with each piece's form in its place (copied on write)."""
+        sent = list(plan.request.messages)
+        for message, numbers in plan.by_message.items():
+            replaced = {n: plan.forms[(n, levels[message])][0] for n in numbers if (n, levels[message]) in plan.forms}
+            if replaced:
+                sent[message] = _with_forms(sent[message], [(plan.pieces[n], text) for n, text in replaced.items()])
+        return sent
+
+    def _outcome(self, plan: _Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,
+                 model_name: str) -> Outcome:
+        request = plan.request
+        target = request.target
+        original = target.tokens(plan.constant + sum(self._size(plan, j, ORIGINAL) for j in range(len(sent))))
+        final = target.tokens(scanned.total)
+        sizes = [self._size(plan, j, level) for j, level in enumerate(scanned.levels)]
+        # Compared before the breakpoint is added: a marker that moves along is not a changed byte
+        # of the prompt the provider caches.
+        problems = checks.problems(request.messages, sent, request.verbatim_ids)
+        if problems or final > target.limit:
+            return self._fallback(plan, problems, original, final)
+        reused, basis = self._reused(plan, scanned, sent, sizes, previous, model_name)
+        sent = _with_breakpoint(sent, previous, request.settings.prefix.breakpoint)
+        reset = any(point > previous for point in scanned.points) and previous >= 0
+        action = "compressed" if sent != request.messages else "passthrough"
+        return Outcome(sent, action, original, final, "forms" if action == "compressed" else None,
+                       budget=target.tokens(scanned.total - plan.constant), room=target.limit,
+                       reused_tokens=target.tokens(reused), reset=reset, new_forms=plan.new_forms,
+                       reuse_basis=basis, resets=len(scanned.points))
+
+    def _fallback(self, plan: _Plan, problems: list[str], original: int, final: int) -> Outcome:
+        """The client's own request when what was built is unsafe or does not fit; else a 400."""
+        request = plan.request
+        if problems:
+            log.warning("built request failed its checks (%s); sending the original", "; ".join(problems[:3]))
+        if original <= request.target.limit:
+            return Outcome(request.messages, "passthrough", original, original, failed_open=bool(problems))
+        if problems:
+            raise ContextLengthExceeded(
+                f"The prompt is {original} tokens and the model accepts {request.target.window} (with "
+                f"{request.target.reserve} kept for the reply); compressing it would have broken its "
+                f"structure ({problems[0]}), so it was not sent.", param="messages")
+        raise ContextLengthExceeded(
+            f"The prompt is {original} tokens and the model accepts {request.target.window} (with "
+            f"{request.target.reserve} kept for the reply). Compressed it is still {final} tokens: the "
+            f"parts kept verbatim (system messages, tool definitions, images, the newest turn) alone "
+            f"take too much.", param="messages")
+
+    def _reused(self, plan: _Plan, scanned: resets.Scan, sent: list[dict[str, Any]], sizes: list[int],
+                previous: int, model_name: str) -> tuple[int, str]:
+        """Tokens at the start of ``sent`` byte-identical to what was sent for the previous request,
+        and how that is known: ``remembered`` (this instance sent it), ``recomputed`` (the scan as it
+        stood at the previous request, with this request's parameters) or ``none``."""
+        digests = [_digest(m) for m in sent]
+        chain = _chain(plan.request.messages, model_name)
+        self.sent.put(chain[-1], digests)
+        if previous < 0:
+            return 0, "none"
+        remembered = self.sent.get(chain[previous])
+        if remembered is not None:
+            same = _common(digests[: previous + 1], remembered)
+            basis = "remembered"
+        else:
+            before = scanned.snapshot or []
+            same = next((j for j in range(previous + 1) if before[j] != scanned.levels[j]), previous + 1)
+            basis = "recomputed"
+        return (plan.constant + sum(sizes[:same]) if same else 0), basis
+
+
+class _Bridge:
+    """Pool jobs from the planning thread: submitted on the loop, waited for in the thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ticket: Ticket, workers: int) -> None:
+        self.loop = loop
+        self.ticket = ticket
+        self.workers = workers
+
+    def forms(self, jobs: list[tuple[forms.Piece, int]], model: str) -> list[tuple[str, int]]:
+        size = max(1, self.workers)
+        batches = [jobs[i::size] for i in range(min(size, len(jobs)))]
+
+        async def run_all() -> list[list[tuple[str, int]]]:
+            return await asyncio.gather(*(self.ticket.run(forms_job, batch, model) for batch in batches))
+
+        done = asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
+        out: list[tuple[str, int]] = [("", 0)] * len(jobs)
+        for start, results in enumerate(done):
+            for offset, result in enumerate(results):
+                out[start + offset * size] = result
+        return out
+
+
+def forms_job(batch: list[tuple[forms.Piece, int]], model: str) -> list[tuple[str, int]]:
+    """In a worker: the forms of a batch of pieces."""
+    return [forms.form_job(piece, asked, model) for piece, asked in batch]
+
+
+class _Sent:
+    """Per conversation (a hash of its messages), digests of the messages this instance sent."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._sent: OrderedDict[str, list[str]] = OrderedDict()
+
+    def get(self, name: str) -> list[str] | None:
+        return self._sent.get(name)
+
+    def put(self, name: str, digests: list[str]) -> None:
+        if name in self._sent:
+            self.used -= 48 * len(self._sent.pop(name))
+        self._sent[name] = digests
+        self.used += 48 * len(digests)
+        while self.used > self.max_bytes and self._sent:
+            _, old = self._sent.popitem(last=False)
+            self.used -= 48 * len(old)
+
+
+# -- pure helpers ------------------------------------------------------------------------------
+
+
+def _multi_turn(request: Request) -> bool:
+    """A request with an earlier turn (an assistant message), forms on and compression allowed."""
+    return (request.settings.prefix.enabled and request.control.enabled is not False
+            and any(m.get("role") == "assistant" for m in request.messages))
+
+
+def _room(request: Request) -> tuple[int, int]:
+    """Where a reset happens (tokens) and what it brings the forms down to."""
+    target, settings, control = request.target, request.settings, request.control
+    threshold = policy.threshold(target, settings, control)
+    room = target.limit if threshold is None else min(threshold, target.limit)
+    asked = control.budget_tokens or settings.budget_tokens
+    if asked != policy.AUTO and settings.compress_above_tokens is not None:
+        return room, min(int(asked), room)  # cost mode: the trigger, then the budget
+    return room, int(room * settings.prefix.reset_fill)
+
+
+def _turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
+    """Where earlier requests of this conversation ended (a message the assistant answered), and
+    the end of this one."""
+    ends = [i for i in range(len(messages) - 1)
+            if messages[i].get("role") in ("user", "tool") and messages[i + 1].get("role") == "assistant"]
+    return [*ends, len(messages) - 1]
+
+
+def _older_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """The end of the part a reset at ``i`` may harden: before the newest assistant message up to
+    ``i`` (the newest turn stays as first sent), and before any assistant message that carries
+    thinking blocks after the last user message (its provider checks what precedes it)."""
+    end = next((j for j in range(i, -1, -1) if messages[j].get("role") == "assistant"), 0)
+    last_user = next((j for j in range(i, -1, -1) if messages[j].get("role") == "user"), 0)
+    thinking = next((j for j in range(last_user, i + 1) if messages[j].get("role") == "assistant"
+                     and (messages[j].get("thinking_blocks") or messages[j].get("reasoning_content"))), end)
+    return min(end, thinking)
+
+
+def _with_forms(message: dict[str, Any], replaced: list[tuple[forms.Piece, str]]) -> dict[str, Any]:
+    copy = dict(message)
+    for piece, text in replaced:
+        if piece.call is not None:
+            calls = list(copy["tool_calls"])
+            call = dict(calls[piece.call])
+            call["function"] = {**call["function"], "arguments": text}
+            calls[piece.call] = call
+            copy["tool_calls"] = calls
+        elif piece.part is None:
+            copy["content"] = text
+        else:
+            content = list(copy["content"])
+            content[piece.part] = {**content[piece.part], "text": text}
+            copy["content"] = content
+    return copy
+
+
+def _with_breakpoint(sent: list[dict[str, Any]], previous: int, wanted: bool) -> list[dict[str, Any]]:
+    """A ``cache_control`` breakpoint on the last message of the previous request (what repeats), for
+    providers that cache only at explicit breakpoints; never past ``MAX_BREAKPOINTS`` in all."""
+    if not wanted or previous < 0 or checks.breakpoints(sent) >= MAX_BREAKPOINTS:
+        return sent
+    out = list(sent)
+    message = dict(out[previous])
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        message["content"] = [{"type": "text", "text": content, "cache_control": BREAKPOINT}]
+    elif isinstance(content, list) and content and isinstance(content[-1], dict):
+        if "cache_control" in content[-1]:
+            return sent
+        message["content"] = [*content[:-1], {**content[-1], "cache_control": BREAKPOINT}]
+    else:
+        return sent
+    out[previous] = message
+    return out
+
+
+def _digest(message: dict[str, Any]) -> str:
+    return hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def _chain(messages: Sequence[dict[str, Any]], model_name: str) -> list[str]:
+    """A hash of every prefix ``messages[: i + 1]`` (and the model), in one pass."""
+    digest = hashlib.blake2b(model_name.encode(), digest_size=16)
+    out = []
+    for message in messages:
+        digest.update(json.dumps(message, sort_keys=True).encode())
+        out.append(digest.copy().hexdigest())
+    return out
+
+
+def _common(a: Sequence[str], b: Sequence[str]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
