@@ -75,39 +75,84 @@ def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
     if body.get("stream"):  # message_delta reports the usage, so ask the upstream for it
         params["stream_options"] = {"include_usage": True}
     call = ChatCall(model=body["model"], messages=messages, params=params, control=control,
-                    stream=bool(body.get("stream")))
+                    stream=bool(body.get("stream")), verbatim_ids=_error_results(body))
     return call, names
 
 
 def _keep_cache_control(body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-    """Put the client's ``cache_control`` markers back on the text they marked: LiteLLM's adapter
-    drops them, and they are how a client asks Anthropic to cache a prompt's prefix. The chat
-    messages keep the blocks' order, so the marked texts are found in turn."""
-    marked = _marked_texts(body)
+    """Put the client's ``cache_control`` markers back where they were: LiteLLM's adapter drops
+    them, and they are how a client asks Anthropic to cache a prompt's prefix. A marked text block
+    is found in order (a marker whose text the adapter merged away is skipped, not the ones after
+    it); a marked ``tool_result`` goes on its tool message's last text part."""
+    texts, results = _marked_blocks(body)
     for message in messages:
-        content = message.get("content")
-        if not marked:
-            return
-        if isinstance(content, str) and content == marked[0][0]:
-            message["content"] = [{"type": "text", "text": content, "cache_control": marked.pop(0)[1]}]
-        elif isinstance(content, list):
-            message["content"] = [_marked(part, marked) for part in content]
+        marker = results.get(message.get("tool_call_id")) if message.get("role") == "tool" else None
+        if marker is not None:
+            message["content"] = _with_marker(message.get("content"), marker)
+    at = 0
+    for text, marker in texts:
+        found = _find_text(messages, at, text)
+        if found is not None:
+            at = found + 1
+            message = messages[found]
+            message["content"] = [_marked(p, text, marker) for p in _as_parts(message["content"])]
 
 
-def _marked(part: Any, marked: list[tuple[str, Any]]) -> Any:
-    if marked and isinstance(part, dict) and part.get("type") == "text" and part.get("text") == marked[0][0]:
-        return {**part, "cache_control": marked.pop(0)[1]}
-    return part
+def _find_text(messages: list[dict[str, Any]], start: int, text: str) -> int | None:
+    """The first message from ``start`` (not a tool result) with an unmarked part of exactly ``text``."""
+    for index in range(start, len(messages)):
+        if messages[index].get("role") == "tool":
+            continue
+        if any(_unmarked(p, text) for p in _as_parts(messages[index].get("content"))):
+            return index
+    return None
 
 
-def _marked_texts(body: dict[str, Any]) -> list[tuple[str, Any]]:
-    """(text, cache_control) of every marked text block, system first, in order."""
+def _as_parts(content: Any) -> list[Any]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def _unmarked(part: Any, text: str) -> bool:
+    return (isinstance(part, dict) and part.get("type") == "text" and part.get("text") == text
+            and "cache_control" not in part)
+
+
+def _marked(part: Any, text: str, marker: Any) -> Any:
+    return {**part, "cache_control": marker} if _unmarked(part, text) else part
+
+
+def _with_marker(content: Any, marker: Any) -> Any:
+    parts = _as_parts(content)
+    texts = [i for i, p in enumerate(parts) if isinstance(p, dict) and p.get("type") == "text"]
+    if not texts:
+        return content
+    last = texts[-1]
+    parts[last] = {**parts[last], "cache_control": marker}
+    return parts
+
+
+def _marked_blocks(body: dict[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
+    """(text, cache_control) of every marked text block, system first, in order; and the markers of
+    ``tool_result`` blocks by their ``tool_use_id``."""
     system = body.get("system")
     blocks = [*(system if isinstance(system, list) else [])]
     for message in body["messages"]:
         blocks += message["content"] if isinstance(message["content"], list) else []
-    return [(b["text"], b["cache_control"]) for b in blocks if isinstance(b, dict) and b.get("type") == "text"
-            and isinstance(b.get("text"), str) and b.get("cache_control")]
+    blocks = [b for b in blocks if isinstance(b, dict) and b.get("cache_control")]
+    texts = [(b["text"], b["cache_control"]) for b in blocks
+             if b.get("type") == "text" and isinstance(b.get("text"), str)]
+    results = {b.get("tool_use_id"): b["cache_control"] for b in blocks if b.get("type") == "tool_result"}
+    return texts, results
+
+
+def _error_results(body: dict[str, Any]) -> frozenset[str]:
+    """The ``tool_use_id`` of every ``tool_result`` the client marked ``is_error``: sent whole (the
+    adapter drops the flag, and an agent's next step reads the error)."""
+    return frozenset(b["tool_use_id"] for m in body["messages"] if isinstance(m["content"], list)
+                     for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
+                     and b.get("is_error") and isinstance(b.get("tool_use_id"), str))
 
 
 def _validate(body: Any) -> None:

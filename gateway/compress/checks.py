@@ -45,9 +45,13 @@ def _calls(i: int, a: list[Any], b: list[Any]) -> list[str]:
         return [f"message {i}: tool calls changed"]
     found = []
     for x, y in zip(a, b, strict=True):
-        if _is_json((x.get("function") or {}).get("arguments")) and not _is_json((y.get("function") or {}).get("arguments")):
+        if _is_json(_arguments(x)) and not _is_json(_arguments(y)):
             found.append(f"message {i}: arguments of {x.get('id')} are no longer JSON")
     return found
+
+
+def _arguments(call: dict[str, Any]) -> Any:
+    return (call.get("function") or {}).get("arguments")
 
 
 def _call_id(call: Any) -> tuple[Any, Any]:
@@ -68,7 +72,8 @@ def _parts(i: int, a: Any, b: Any) -> list[str]:
             if {k: v for k, v in x.items() if k != "text"} != {k: v for k, v in y.items() if k != "text"}:
                 found.append(f"message {i}: a text part's markers changed")
         elif x != y:
-            found.append(f"message {i}: a {x.get('type') if isinstance(x, dict) else 'non-text'} part changed")
+            kind = x.get("type") if isinstance(x, dict) else "non-text"
+            found.append(f"message {i}: a {kind} part changed")
     return found
 
 
@@ -100,7 +105,8 @@ def pairing(messages: Sequence[dict[str, Any]]) -> list[str]:
                 found.append(f"message {i}: a result for {call}, which is not an open call")
             continue
         if open_calls:
-            found.append(f"message {i}: {role} message before the results of {', '.join(map(str, open_calls))}")
+            waiting = ", ".join(map(str, open_calls))
+            found.append(f"message {i}: {role} message before the results of {waiting}")
         open_calls, answered = [], set()
         if role == "assistant":
             open_calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, dict)]

@@ -76,7 +76,8 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
         elif role == "tool" and not _is_error(message, verbatim_ids):
             function, said = calls.get(message.get("tool_call_id") or "", ({}, ""))
             query = "\n".join((f"{function.get('name', '')} {function.get('arguments', '')}", said, task))
-            found += _texts(index, message, query, _path(function.get("arguments")), question=False, first=True)
+            source = _path(function.get("arguments"))
+            found += _texts(index, message, query, source, question=False, first=True)
         elif role == "user":
             found += _texts(index, message, "", None, question=True, first=True)
     return found
@@ -101,8 +102,7 @@ def _texts(index: int, message: dict[str, Any], query: str, source: str | None, 
     if not isinstance(content, list):
         return []
     return [Piece(index, i, None, role, p["text"], query, source, question, first)
-            for i, p in enumerate(content)
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) and p["text"]]
+            for i, p in enumerate(content) if is_text(p) and p["text"]]
 
 
 def _text(message: dict[str, Any]) -> str:
@@ -110,9 +110,16 @@ def _text(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(p["text"] for p in content
-                         if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
+        return "\n".join(p["text"] for p in content if is_text(p))
     return ""
+
+
+def is_text(part: Any) -> bool:
+    """A text content part (the only kind a form replaces)."""
+    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
+
+
+
 
 
 def _thinks(message: dict[str, Any]) -> bool:
@@ -186,7 +193,7 @@ def placeholder(piece: Piece) -> str:
     lines = piece.text.count("\n") + 1
     what = {"tool": "tool output", "user": "message", "assistant": "text"}.get(piece.role, "text")
     if piece.call is not None:
-        return json.dumps({"omitted": f"{len(piece.text)} characters of arguments, omitted to fit the context"})
+        return json.dumps({"omitted": f"{len(piece.text)} characters of arguments, cut to fit the context"})
     return f"[… {what} of {lines} lines omitted to fit the context; ask for it again if it is needed …]"
 
 

@@ -164,7 +164,7 @@ class History:
             for i, part in enumerate(content):
                 if i in parts:
                     continue
-                if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+                if forms.is_text(part):
                     texts.append(part["text"])
                 else:
                     media += 1
@@ -213,18 +213,21 @@ class History:
             total += form[1] if form is not None else plan.tokens[number]
         return total
 
-    def _sizes(self, plan: _Plan, bridge: _Bridge, messages: Sequence[int], levels: Sequence[int]) -> list[int]:
-        wanted = [(p, level) for j, level in zip(messages, levels, strict=True) for p in plan.by_message.get(j, ())]
-        self._forms(plan, bridge, wanted)
+    def _sizes(self, plan: _Plan, bridge: _Bridge, messages: Sequence[int],
+               levels: Sequence[int]) -> list[int]:
+        pairs = list(zip(messages, levels, strict=True))
+        self._forms(plan, bridge, [(p, level) for j, level in pairs for p in plan.by_message.get(j, ())])
         return [self._size(plan, j, level) for j, level in zip(messages, levels, strict=True)]
 
     def _assemble(self, plan: _Plan, levels: list[int]) -> list[dict[str, Any]]:
         """The client's messages with each piece's form in its place (copied on write)."""
         sent = list(plan.request.messages)
         for message, numbers in plan.by_message.items():
-            replaced = {n: plan.forms[(n, levels[message])][0] for n in numbers if (n, levels[message]) in plan.forms}
+            level = levels[message]
+            replaced = [(plan.pieces[n], plan.forms[(n, level)][0])
+                        for n in numbers if (n, level) in plan.forms]
             if replaced:
-                sent[message] = _with_forms(sent[message], [(plan.pieces[n], text) for n, text in replaced.items()])
+                sent[message] = _with_forms(sent[message], replaced)
         return sent
 
     def _outcome(self, plan: _Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,

@@ -2,11 +2,12 @@
 
 The scan is causal. It walks the messages in order, adding each one's tokens at its current level;
 where the sum first exceeds ``room`` (the window's room, or the trigger in cost mode) is a *reset
-point*: every message of the older part (before the newest turn) goes up by the fewest levels that
-bring the sum down to ``after`` (a share of the room, or the cost budget), in one step, and the walk
-goes on. The decision at message ``i`` reads messages ``0..i`` only, so the scan over a request's
-first ``k`` messages finds the same points as the scan of every later request of the conversation:
-a cold instance reproduces them, and between two resets a conversation only appends.
+point*: the oldest messages of the older part (before the newest turn) go up by the fewest levels,
+and then as few of them as bring the sum down to ``after`` (a share of the room, or the cost
+budget), in one step, and the walk goes on. The decision at message ``i`` reads messages ``0..i``
+only, so the scan over a request's first ``k`` messages finds the same points as the scan of every
+later request of the conversation: a cold instance reproduces them, and between two resets a
+conversation only appends.
 """
 
 from __future__ import annotations
@@ -46,20 +47,26 @@ def scan(sizes: list[int], constant: int, *, room: int, after: int, older_end: C
 
 def _reset(result: Scan, current: list[int], i: int, end: int, after: int, harder: Sizes,
            max_level: int) -> None:
-    """Raise the levels of ``[0, end)`` by the fewest steps that bring the total under ``after``."""
+    """Raise the levels of the oldest messages of ``[0, end)``, by the fewest steps and then as few
+    of them as bring the total under ``after``: the newest messages are the likeliest to be read
+    again, so they keep their form longest."""
     older = [j for j in range(end) if result.levels[j] < max_level]
     if not older:
         return
-    base = result.total - sum(current[j] for j in older)
-    chosen: list[int] = []
     for step in range(1, max_level + 1):
         levels = [min(result.levels[j] + step, max_level) for j in older]
-        chosen = harder(older, levels)
-        if base + sum(chosen) <= after or all(level == max_level for level in levels):
+        sizes = harder(older, levels)
+        saved, count = 0, 0
+        for j, size in zip(older, sizes, strict=True):
+            if result.total - saved <= after:
+                break
+            saved += current[j] - size
+            count += 1
+        if result.total - saved <= after or all(level == max_level for level in levels):
             break
-    if sum(chosen) >= sum(current[j] for j in older):
+    if saved <= 0:
         return  # nothing left to gain: not a reset (it would change bytes for nothing)
-    for j, level, size in zip(older, levels, chosen, strict=True):
+    for j, level, size in zip(older[:count], levels, sizes, strict=False):
         result.levels[j], current[j] = level, size
-    result.total = base + sum(chosen)
+    result.total -= saved
     result.points.append(i)
