@@ -1,0 +1,327 @@
+"""Multi-turn requests are the concatenation of their messages' forms, over real HTTP.
+
+Gateway processes (``python -m gateway``) and an in-process gateway in front of the session's
+recording upstream. The conversations are coding-agent loops: a task, then tool calls whose results
+are long file views (this repository's own source, numbered like ``cat -n``), on every API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+import yaml
+from conftest import closed_port
+from fake_upstream import REPLY_TEXT, FakeUpstream
+
+from gateway.compress import checks
+
+ROOT = Path(__file__).resolve().parents[3]
+KEY = "sk-forms-test"
+FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100}
+SMALL_WINDOW = 5000  # a few steps fill it: the loop must reset
+TASK = "Fix the bug: the gateway forwards a compressed request whose tool results lost their calls."
+FILES = ["gateway/compress/conversation.py", "gateway/compress/compressor.py", "gateway/config.py",
+         "gateway/core/chat.py", "gateway/api/openai_responses.py", "gateway/metrics.py",
+         "gateway/run/workers.py", "gateway/api/anthropic_messages.py"]
+
+
+def _config(upstream_url: str) -> dict[str, Any]:
+    def entry(name: str, window: int, **forms: Any) -> dict[str, Any]:
+        params = {"model": f"openai/{name}", "api_base": upstream_url, "api_key": "sk-upstream"}
+        return {"model_name": name, "litellm_params": params, "model_info": {"max_input_tokens": window},
+                "mixpr": {"prefix": {**FORMS, **forms}}}
+
+    return {
+        "model_list": [entry("agent", 200_000), entry("agent-small", SMALL_WINDOW),
+                       entry("agent-off", 200_000, enabled=False)],
+        "mixpr_settings": {"router": "heuristic", "token_margin": 0},
+        "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread"},
+    }
+
+
+class GatewayProcess:
+    """``python -m gateway`` on a free port, this checkout first on the path."""
+
+    def __init__(self, config: Path) -> None:
+        self.port = closed_port()
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+               "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(self.port),
+             "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait(self) -> GatewayProcess:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(self.url + "/health/readiness").status_code == 200:
+                    return self
+            except httpx.ConnectError:
+                pass
+            assert self.process.poll() is None and time.monotonic() < deadline, "gateway did not start"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def gateways(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    config = tmp_path_factory.mktemp("forms") / "config.yaml"
+    config.write_text(yaml.safe_dump(_config(upstream.base_url)))
+    started = [GatewayProcess(config), GatewayProcess(config)]
+    try:
+        yield [g.wait().url for g in started]
+    finally:
+        for gateway in started:
+            gateway.stop()
+
+
+# -- conversations ---------------------------------------------------------------------------------
+
+
+def _view(path: str) -> str:
+    """A file view as an agent's editor shows it: numbered lines."""
+    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
+    return f"Here's the result of running `cat -n` on {path}:\n" + "\n".join(
+        f"{i:6}\t{line}" for i, line in enumerate(lines, 1))
+
+
+def _call(number: int, path: str) -> dict[str, Any]:
+    arguments = json.dumps({"command": "view", "path": path})
+    return {"id": f"call_{number}", "type": "function", "function": {"name": "editor", "arguments": arguments}}
+
+
+def _chat_loop(steps: int, *, parallel: bool = False) -> list[list[dict[str, Any]]]:
+    """The request of every step of an agent loop in chat format: a call (or two in parallel), results."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": TASK}]
+    requests = []
+    for step in range(steps):
+        paths = [FILES[(2 * step) % len(FILES)], FILES[(2 * step + 1) % len(FILES)]] if parallel else \
+            [FILES[step % len(FILES)]]
+        calls = [_call(10 * step + k, path) for k, path in enumerate(paths)]
+        messages = [*messages, {"role": "assistant", "content": f"Step {step}: reading the code.", "tool_calls": calls}]
+        messages += [{"role": "tool", "tool_call_id": c["id"], "content": _view(p)} for c, p in zip(calls, paths)]
+        requests.append(messages)
+    return requests
+
+
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def _chat(url: str, upstream: FakeUpstream, messages: list[dict[str, Any]], model: str = "agent",
+          **extra: Any) -> tuple[Any, bytes, list[dict[str, Any]]]:
+    """One chat request: its headers, and the raw body and messages the upstream received."""
+    upstream.clear()
+    with _client(url) as client:
+        raw = client.chat.completions.with_raw_response.create(model=model, messages=messages, **extra)
+    assert raw.parse().choices[0].message.content == REPLY_TEXT
+    [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
+    return raw.headers, seen.raw_body, seen.json["messages"]
+
+
+def _starts_with(messages: list[dict[str, Any]], prefix: list[dict[str, Any]]) -> bool:
+    return len(messages) > len(prefix) and messages[: len(prefix)] == prefix
+
+
+def _metric(url: str, name: str, model: str) -> float:
+    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).text
+    lines = [line for line in text.splitlines() if line.startswith(name + "{") and f'model="{model}"' in line]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines)
+
+
+# -- tests -----------------------------------------------------------------------------------------
+
+
+def test_a_cold_process_sends_the_bytes_a_warm_one_sends(gateways: list[str], upstream: FakeUpstream) -> None:
+    """No sticky sessions: process B, which never saw the conversation, sends byte for byte what A
+    (which saw every earlier step, and cached their forms) sends."""
+    warm, cold = gateways
+    loop = _chat_loop(5)
+    for messages in loop[:-1]:
+        _chat(warm, upstream, messages)
+    headers_warm, body_warm, _ = _chat(warm, upstream, loop[-1])
+    headers_cold, body_cold, _ = _chat(cold, upstream, loop[-1])
+    assert body_cold == body_warm
+    assert headers_warm["x-mixpr-action"] == headers_cold["x-mixpr-action"] == "compressed"
+    assert int(headers_warm["x-mixpr-new-forms"]) == 1 < int(headers_cold["x-mixpr-new-forms"])
+    assert headers_warm["x-mixpr-prefix-basis"] == "remembered"
+    assert headers_cold["x-mixpr-prefix-basis"] == "recomputed"
+    assert headers_cold["x-mixpr-prefix-reused-tokens"] == headers_warm["x-mixpr-prefix-reused-tokens"] != "0"
+
+
+def test_an_agent_loop_only_appends(gateways: list[str], upstream: FakeUpstream) -> None:
+    """Each step sends the previous step's bytes, then its new messages; every long result is cut
+    once, with markers that say what was left out, and later steps never change it."""
+    sent: list[list[dict[str, Any]]] = []
+    for messages in _chat_loop(6):
+        headers, _, seen = _chat(gateways[0], upstream, messages)
+        if sent:
+            assert _starts_with(seen, sent[-1])
+            assert headers["x-mixpr-reset"] == "false" and int(headers["x-mixpr-prefix-reused-tokens"]) > 0
+        assert checks.pairing(seen) == []
+        newest = seen[-1]["content"]
+        assert len(newest) < len(messages[-1]["content"]) / 2 and "omitted" in newest
+        sent.append(seen)
+    assert seen[1] == {"role": "user", "content": TASK} and seen[0]["content"] == "You are a coding agent."
+
+
+def test_forms_off_sends_the_loop_as_it_is(gateways: list[str], upstream: FakeUpstream) -> None:
+    """``prefix.enabled: false``: below the window nothing is cut (the contrast to the test above)."""
+    messages = _chat_loop(3)[-1]
+    headers, _, seen = _chat(gateways[0], upstream, messages, model="agent-off")
+    assert seen == messages and headers["x-mixpr-action"] == "passthrough"
+
+
+def test_parallel_calls_keep_their_results_together(gateways: list[str], upstream: FakeUpstream) -> None:
+    loop = _chat_loop(3, parallel=True)
+    _, _, before = _chat(gateways[0], upstream, loop[1])
+    _, _, seen = _chat(gateways[0], upstream, loop[2])
+    assert _starts_with(seen, before)
+    assert checks.pairing(seen) == []
+    calls = [c["id"] for c in seen[-3]["tool_calls"]]
+    assert [m["tool_call_id"] for m in seen[-2:]] == calls == ["call_20", "call_21"]
+    assert all("omitted" in m["content"] for m in seen[-2:])
+
+
+def test_a_reset_is_rare_deliberate_and_then_appends(gateways: list[str], upstream: FakeUpstream) -> None:
+    """In a small window the older results go harder once, and the steps after it append again."""
+    url = gateways[1]
+    before = _metric(url, "mixpr_resets_total", "agent-small")
+    sent, resets = [], []
+    for messages in _chat_loop(12):
+        headers, _, seen = _chat(url, upstream, messages, model="agent-small", max_tokens=200)
+        assert int(headers["x-mixpr-compressed-tokens"]) <= SMALL_WINDOW - 200
+        resets.append(headers["x-mixpr-reset"] == "true")
+        if sent and not resets[-1]:
+            assert _starts_with(seen, sent[-1])
+        sent.append(seen)
+    assert 1 <= sum(resets) <= 4 and not resets[0]
+    first = resets.index(True)
+    assert not _starts_with(sent[first], sent[first - 1])
+    assert _metric(url, "mixpr_resets_total", "agent-small") == before + sum(resets)
+
+
+def test_a_change_of_max_tokens_is_reported_truthfully(gateways: list[str], upstream: FakeUpstream) -> None:
+    """The same conversation with less room for the prompt: resets move, earlier bytes change, and
+    the headers say so instead of claiming the prefix was reused."""
+    url = gateways[1]
+    loop = _chat_loop(4)
+    _, _, roomy = _chat(url, upstream, loop[2], model="agent-small", max_tokens=16)
+    headers, _, same = _chat(url, upstream, loop[3], model="agent-small", max_tokens=16)
+    assert _starts_with(same, roomy) and headers["x-mixpr-reset"] == "false"
+    reused = int(headers["x-mixpr-prefix-reused-tokens"])
+    headers, _, tight = _chat(url, upstream, loop[3], model="agent-small", max_tokens=3000)
+    assert not _starts_with(tight, roomy)
+    assert headers["x-mixpr-reset"] == "true" and headers["x-mixpr-prefix-basis"] == "remembered"
+    assert int(headers["x-mixpr-prefix-reused-tokens"]) < reused
+
+
+def _anthropic_loop(steps: int, *, error_at: int = -1, mark_at: int = -1) -> list[list[dict[str, Any]]]:
+    """A Claude-Code-shaped loop: each assistant turn thinks (signed), says a line, calls a tool."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": TASK}]
+    requests = []
+    for step in range(steps):
+        path = FILES[step % len(FILES)]
+        thinking = {"type": "thinking", "thinking": f"Step {step}: I should read {path}.", "signature": f"sig-{step}"}
+        call = {"type": "tool_use", "id": f"toolu_{step}", "name": "Read", "input": {"file_path": path}}
+        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": f"toolu_{step}", "content": _view(path)}
+        if step == error_at:
+            result = {**result, "is_error": True, "content": "Error: " + _view(path)}
+        if step == mark_at:
+            result = {**result, "cache_control": {"type": "ephemeral"}}
+        messages = [*messages, {"role": "assistant", "content": [thinking, {"type": "text", "text": "Reading."}, call]},
+                    {"role": "user", "content": [result]}]
+        requests.append(messages)
+    return requests
+
+
+def _messages(url: str, upstream: FakeUpstream, blocks: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
+    upstream.clear()
+    with anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=120) as claude:
+        raw = claude.messages.with_raw_response.create(model="agent", max_tokens=256, system="You are Claude Code.",
+                                                        messages=blocks)
+    assert raw.parse().content[0].text == REPLY_TEXT
+    [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
+    return raw.headers, seen.json["messages"]
+
+
+def test_claude_code_loop_never_changes_what_precedes_a_thinking_block(
+    gateways: list[str], upstream: FakeUpstream
+) -> None:
+    sent = []
+    for blocks in _anthropic_loop(5):
+        headers, seen = _messages(gateways[0], upstream, blocks)
+        if sent:
+            assert _starts_with(seen, sent[-1]) and headers["x-mixpr-reset"] == "false"
+        sent.append(seen)
+    assert checks.pairing(seen) == []
+    assistants = [m for m in seen if m["role"] == "assistant"]
+    assert len(assistants) == 5 and all("Reading." in json.dumps(m) for m in assistants)
+    assert "omitted" in seen[-1]["content"] if isinstance(seen[-1]["content"], str) else True
+
+
+def test_is_error_results_pass_whole(gateways: list[str], upstream: FakeUpstream) -> None:
+    loop = _anthropic_loop(3, error_at=1)
+    _, seen = _messages(gateways[0], upstream, loop[-1])
+    results = [m for m in seen if m["role"] == "tool"]
+    assert results[1]["content"] == "Error: " + _view(FILES[1])  # whole, though long
+    assert len(results[2]["content"]) < len(_view(FILES[2])) / 2  # its neighbour is cut
+
+
+def test_cache_control_on_a_tool_result_reaches_the_upstream(gateways: list[str], upstream: FakeUpstream) -> None:
+    loop = _anthropic_loop(3, mark_at=1)
+    _, seen = _messages(gateways[0], upstream, loop[-1])
+    marked = [m for m in seen if "cache_control" in json.dumps(m)]
+    assert [m.get("tool_call_id") for m in marked] == ["toolu_1"]
+    [part] = marked[0]["content"]
+    assert part["cache_control"] == {"type": "ephemeral"} and "omitted" in part["text"]
+    assert checks.breakpoints(seen) <= checks.MAX_BREAKPOINTS
+
+
+def _responses_loop(steps: int) -> list[list[dict[str, Any]]]:
+    """A Codex-shaped loop: function_call items and their function_call_output items."""
+    items: list[dict[str, Any]] = [{"type": "message", "role": "user", "content": TASK}]
+    requests = []
+    for step in range(steps):
+        path = FILES[step % len(FILES)]
+        items = [*items, {"type": "function_call", "call_id": f"fc_{step}", "name": "shell",
+                          "arguments": json.dumps({"command": ["cat", "-n", path]})},
+                 {"type": "function_call_output", "call_id": f"fc_{step}", "output": _view(path)}]
+        requests.append(items)
+    return requests
+
+
+def test_codex_loop_over_responses_only_appends(gateways: list[str], upstream: FakeUpstream) -> None:
+    sent = []
+    for items in _responses_loop(4):
+        upstream.clear()
+        with _client(gateways[0]) as client:
+            raw = client.responses.with_raw_response.create(model="agent", instructions="You are Codex.",
+                                                            input=items, store=False)
+        assert raw.parse().output_text == REPLY_TEXT
+        [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
+        messages = seen.json["messages"]
+        if sent:
+            assert _starts_with(messages, sent[-1]) and raw.headers["x-mixpr-reset"] == "false"
+        assert checks.pairing(messages) == []
+        sent.append(messages)
+    assert "omitted" in messages[-1]["content"] and messages[-1]["tool_call_id"] == "fc_3"
