@@ -64,6 +64,8 @@ class Prefix(_Strict):
     reset_fill: float = Field(0.6, gt=0, le=1)
     # Texts under this many tokens are never compressed, even in resets.
     reset_min_tokens: int = Field(200, ge=1)
+    # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.
+    evidence: float = Field(0.1, ge=0, le=1)
     # An Anthropic-style cache_control breakpoint on the last message of the previous request.
     breakpoint: bool = False
 
@@ -77,6 +79,7 @@ class PrefixOverrides(_Strict):
     reset_shrink: float | None = Field(None, gt=0, lt=1)
     reset_fill: float | None = Field(None, gt=0, le=1)
     reset_min_tokens: int | None = Field(None, ge=1)
+    evidence: float | None = Field(None, ge=0, le=1)
     breakpoint: bool | None = None
 
 

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.compress import checks, conversation, forms, policy, resets
+from gateway.compress import checks, conversation, evidence, forms, policy, resets
 from gateway.compress.compressor import Compressor, Outcome, Router, Ticket
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
@@ -69,6 +69,7 @@ class _Plan:
     constant: int  # tools and the reply's priming
     salt: str
     forms: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
+    evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
     new_forms: int = 0  # forms computed for this request (not found in the cache)
 
 
@@ -115,6 +116,7 @@ class History:
         plan = self._plan(request)
         self._forms(plan, bridge, [(p, 0) for p in range(len(plan.pieces))])
         room, after = _room(request)
+        self._evidence(plan, bridge, request.target.counted(room))
         ends = _turn_ends(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
         scanned = resets.scan(
@@ -199,18 +201,51 @@ class History:
                 missing.setdefault(name, (asked, []))[1].append((number, level))
         if not missing:
             return
-        jobs = [(plan.pieces[wanted[0][0]], asked) for asked, wanted in missing.values()]
-        for (name, (_, uses)), form in zip(missing.items(), bridge.forms(jobs, model), strict=True):
+        jobs = [(plan.pieces[wanted[0][0]], asked, model) for asked, wanted in missing.values()]
+        for (name, (_, uses)), form in zip(missing.items(), bridge.map(forms.form_job, jobs), strict=True):
             self.cache.put(name, form)
             for use in uses:
                 plan.forms[use] = form
         plan.new_forms += len(missing)
+
+    def _evidence(self, plan: _Plan, bridge: _Bridge, room: int) -> None:
+        """Evidence blocks for follow-up questions: each user message after the first, from the
+        texts earlier forms cut (``gateway.compress.evidence``)."""
+        settings, model = plan.request.settings.prefix, plan.request.target.model
+        last = len(plan.request.messages) - 1
+        first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
+        missing: dict[str, tuple[int, tuple[Any, ...]]] = {}
+        for number, piece in enumerate(plan.pieces):
+            if not piece.question or piece.message <= first_user or settings.evidence == 0:
+                continue
+            cut = [q for q in range(number)
+                   if (q, 0) in plan.forms and plan.pieces[q].message < piece.message]
+            if not cut:
+                continue
+            more = plan.request.more_evidence if piece.message == last else 1.0
+            cap = max(1, int(room * settings.evidence * more))
+            question = forms.split_question(piece.text)[1] or piece.text
+            texts = [plan.pieces[q].text for q in cut]
+            name = "e" + forms.key(piece, cap, plan.salt + "\x00".join(texts))
+            cached = self.cache.get(name)
+            if cached is not None:
+                plan.evidence[number] = cached
+            else:
+                missing[name] = (number, (question, texts, cap, model))
+        if missing:
+            done = bridge.map(evidence.evidence_job, [job for _, job in missing.values()])
+            for (name, (number, _)), block in zip(missing.items(), done, strict=True):
+                self.cache.put(name, block)
+                plan.evidence[number] = block
+            plan.new_forms += len(missing)
 
     def _size(self, plan: _Plan, message: int, level: int) -> int:
         total = plan.rest[message]
         for number in plan.by_message.get(message, ()):
             form = plan.forms.get((number, level))
             total += form[1] if form is not None else plan.tokens[number]
+            if level == 0 and number in plan.evidence:
+                total += plan.evidence[number][1]
         return total
 
     def _sizes(self, plan: _Plan, bridge: _Bridge, messages: Sequence[int],
@@ -224,8 +259,8 @@ class History:
         sent = list(plan.request.messages)
         for message, numbers in plan.by_message.items():
             level = levels[message]
-            replaced = [(plan.pieces[n], plan.forms[(n, level)][0])
-                        for n in numbers if (n, level) in plan.forms]
+            replaced = [(plan.pieces[n], _text(plan, n, level)) for n in numbers
+                        if (n, level) in plan.forms or (level == 0 and n in plan.evidence)]
             if replaced:
                 sent[message] = _with_forms(sent[message], replaced)
         return sent
@@ -290,6 +325,14 @@ class History:
         return (plan.constant + sum(sizes[:same]) if same else 0), basis
 
 
+def _text(plan: _Plan, number: int, level: int) -> str:
+    """What is sent for a piece at ``level``: its form (or its text), after its evidence block."""
+    form = plan.forms.get((number, level))
+    text = form[0] if form is not None else plan.pieces[number].text
+    block = plan.evidence.get(number, ("", 0))[0] if level == 0 else ""
+    return f"{block}\n\n{text}" if block else text
+
+
 class _Bridge:
     """Pool jobs from the planning thread: submitted on the loop, waited for in the thread."""
 
@@ -298,12 +341,13 @@ class _Bridge:
         self.ticket = ticket
         self.workers = workers
 
-    def forms(self, jobs: list[tuple[forms.Piece, int]], model: str) -> list[tuple[str, int]]:
+    def map(self, job: Any, jobs: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
+        """``job(*args)`` for every args of ``jobs``, in one batch per worker."""
         size = max(1, self.workers)
         batches = [jobs[i::size] for i in range(min(size, len(jobs)))]
 
         async def run_all() -> list[list[tuple[str, int]]]:
-            return await asyncio.gather(*(self.ticket.run(forms_job, batch, model) for batch in batches))
+            return await asyncio.gather(*(self.ticket.run(batch_job, job, batch) for batch in batches))
 
         done = asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
         out: list[tuple[str, int]] = [("", 0)] * len(jobs)
@@ -313,9 +357,9 @@ class _Bridge:
         return out
 
 
-def forms_job(batch: list[tuple[forms.Piece, int]], model: str) -> list[tuple[str, int]]:
-    """In a worker: the forms of a batch of pieces."""
-    return [forms.form_job(piece, asked, model) for piece, asked in batch]
+def batch_job(job: Any, batch: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
+    """In a worker: ``job`` on each of a batch of arguments."""
+    return [job(*args) for args in batch]
 
 
 class _Sent:

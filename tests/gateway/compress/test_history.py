@@ -1,8 +1,9 @@
 """Multi-turn requests are the concatenation of their messages' forms, over real HTTP.
 
-Gateway processes (``python -m gateway``) and an in-process gateway in front of the session's
-recording upstream. The conversations are coding-agent loops: a task, then tool calls whose results
-are long file views (this repository's own source, numbered like ``cat -n``), on every API.
+Two gateway processes (``python -m gateway``) in front of the session's recording upstream. The
+conversations are coding-agent loops (a task, then tool calls whose results are long file views: this
+repository's own source, numbered like ``cat -n``) on every API, and a long document pasted in the
+first message, then one question per turn.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import closed_port
-from fake_upstream import REPLY_TEXT, FakeUpstream
+from conftest import MASTER_KEY, closed_port
+from corpus import SENTENCES
+from fake_upstream import CACHED_TOKENS, REPLY_TEXT, FakeUpstream
 
 from gateway.compress import checks
+from gateway.compress.evidence import CLOSE, OPEN
 
 ROOT = Path(__file__).resolve().parents[3]
 KEY = "sk-forms-test"
@@ -36,15 +39,35 @@ FILES = ["gateway/compress/conversation.py", "gateway/compress/compressor.py", "
          "gateway/run/workers.py", "gateway/api/anthropic_messages.py"]
 
 
-def _config(upstream_url: str) -> dict[str, Any]:
-    def entry(name: str, window: int, **forms: Any) -> dict[str, Any]:
-        params = {"model": f"openai/{name}", "api_base": upstream_url, "api_key": "sk-upstream"}
-        return {"model_name": name, "litellm_params": params, "model_info": {"max_input_tokens": window},
-                "mixpr": {"prefix": {**FORMS, **forms}}}
+BUDGET = 1600  # tokens of conversation text; the document is ~11k, so every turn is compressed
+FACTS = [
+    ("The harbour master keeps the spare lighthouse key under the third blue flagstone.",
+     "Where does the harbour master keep the spare lighthouse key?"),
+    ("The miller's daughter married a clockmaker from Ostend in the spring of 1841.",
+     "Whom did the miller's daughter marry, and from which town was he?"),
+    ("The password for the parish archive cabinet is copper-heron-58.",
+     "What is the password for the parish archive cabinet?"),
+    ("The travelling surgeon charged nine shillings for setting a broken wrist.",
+     "How much did the travelling surgeon charge for setting a broken wrist?"),
+]
 
+
+def _config(upstream_url: str) -> dict[str, Any]:
+    def entry(name: str, window: int, upstream_model: str = "", **mixpr: Any) -> dict[str, Any]:
+        params = {"model": f"openai/{upstream_model or name}", "api_base": upstream_url, "api_key": "sk-upstream"}
+        forms = mixpr.pop("prefix", FORMS)
+        return {"model_name": name, "litellm_params": params, "model_info": {"max_input_tokens": window},
+                "mixpr": {"prefix": forms, **mixpr}}
+
+    document = {"compress_above_tokens": 2000, "budget_tokens": BUDGET}
     return {
         "model_list": [entry("agent", 200_000), entry("agent-small", SMALL_WINDOW),
-                       entry("agent-off", 200_000, enabled=False)],
+                       entry("agent-off", 200_000, prefix={"enabled": False}),
+                       entry("conv", 100_000, prefix={}, **document),
+                       entry("conv-today", 100_000, prefix={"enabled": False}, **document),
+                       entry("conv-routed", 100_000, "mode-needle-conv", prefix={"evidence": 0.04},
+                             self_route={"enabled": True}, **document),
+                       entry("conv-breakpoint", 100_000, prefix={"breakpoint": True}, **document)],
         "mixpr_settings": {"router": "heuristic", "token_margin": 0},
         "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread"},
     }
@@ -325,3 +348,153 @@ def test_codex_loop_over_responses_only_appends(gateways: list[str], upstream: F
         assert checks.pairing(messages) == []
         sent.append(messages)
     assert "omitted" in messages[-1]["content"] and messages[-1]["tool_call_id"] == "fc_3"
+
+
+# -- document conversations ------------------------------------------------------------------------
+
+
+def _document(seed: int = 7) -> str:
+    import random
+
+    rng = random.Random(seed)
+    paragraphs = [" ".join(rng.choice(SENTENCES) for _ in range(6)) for _ in range(100)]
+    for i, (fact, _) in enumerate(FACTS):
+        paragraphs.insert(10 + 25 * i, fact)
+    return "\n\n".join(paragraphs)
+
+
+def _turns(count: int, document: str | None = None) -> list[list[dict[str, Any]]]:
+    """The messages of each of ``count`` turns: the document and a question, then one question a turn."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Answer from the document."}]
+    turns = []
+    for i in range(count):
+        question = FACTS[i % len(FACTS)][1]
+        content = f"{document or _document()}\n\n{question}" if i == 0 else question
+        messages = [*messages, {"role": "user", "content": content}]
+        turns.append(messages)
+        messages = [*messages, {"role": "assistant", "content": REPLY_TEXT}]
+    return turns
+
+
+def test_follow_up_appends_and_brings_evidence(gateways: list[str], upstream: FakeUpstream) -> None:
+    """The document goes down to the budget once (a reset at the second turn: the first question was
+    answered from today's whole budget); later questions append evidence retrieved for them."""
+    url = gateways[0]
+    turns = _turns(4, _document(seed=11))
+    _chat(url, upstream, turns[0], model="conv")
+    headers2, _, sent2 = _chat(url, upstream, turns[1], model="conv")
+    headers3, _, sent3 = _chat(url, upstream, turns[2], model="conv")
+    assert headers2["x-mixpr-reset"] == "true"
+    assert _starts_with(sent3, sent2) and headers3["x-mixpr-reset"] == "false"
+    assert sent3[len(sent2)] == turns[2][-2]  # the reply, verbatim
+    fact = FACTS[2][0]
+    assert fact not in json.dumps(sent2)
+    block, question = sent3[-1]["content"].rsplit("\n\n", 1)
+    assert question == FACTS[2][1]
+    assert block.startswith(OPEN) and block.endswith(CLOSE) and fact in block
+    assert int(headers3["x-mixpr-prefix-reused-tokens"]) > 0 and headers3["x-mixpr-action"] == "compressed"
+    _, _, sent4 = _chat(url, upstream, turns[3], model="conv")
+    assert _starts_with(sent4, sent3)  # the block belongs to its message from then on
+
+
+def test_forms_off_recompresses_every_turn(gateways: list[str], upstream: FakeUpstream) -> None:
+    """The same conversation with ``prefix.enabled: false``: no turn starts with the one before."""
+    turns = _turns(3, _document(seed=11))
+    sent = [_chat(gateways[0], upstream, messages, model="conv-today")[2] for messages in turns]
+    assert not _starts_with(sent[2], sent[1])
+
+
+def test_streamed_turn_sends_the_same_bytes(gateways: list[str], upstream: FakeUpstream) -> None:
+    url = gateways[0]
+    turns = _turns(3, _document(seed=17))
+    for messages in turns[:2]:
+        _, _, sent2 = _chat(url, upstream, messages, model="conv")
+    upstream.clear()
+    with _client(url) as client:
+        stream = client.chat.completions.create(model="conv", messages=turns[2], stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in stream) == REPLY_TEXT
+    [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
+    _, _, plain = _chat(url, upstream, turns[2], model="conv")
+    assert seen.json["messages"] == plain and _starts_with(plain, sent2)
+
+
+def _prefix_turns(url: str, model: str) -> float:
+    return _metric(url, "mixpr_prefix_turns_total", model)
+
+
+def test_self_route_first_asks_the_same_prefix_with_more_evidence(
+    gateways: list[str], upstream: FakeUpstream
+) -> None:
+    """An "unanswerable" turn is asked again with the same prefix and four times the evidence."""
+    url = gateways[0]
+    turns = _turns(3, _document(seed=37))
+    fact = FACTS[2][0]
+    with _client(url) as client:
+        for messages in turns[:2]:
+            client.chat.completions.create(model="conv-routed", messages=messages, extra_body={"needle": "-"})
+        upstream.clear()
+        before = _prefix_turns(url, "conv-routed")
+        raw = client.chat.completions.with_raw_response.create(model="conv-routed", messages=turns[2],
+                                                               extra_body={"needle": fact})
+    assert _prefix_turns(url, "conv-routed") == before + 1  # one request, counted once despite the retry
+    assert raw.parse().choices[0].message.content == fact
+    assert raw.headers["x-mixpr-self-route"] == "evidence"
+    first, second = [r.json["messages"] for r in upstream.received() if r.path.endswith("/chat/completions")]
+    assert fact not in json.dumps(first) and fact in json.dumps(second)
+    assert first[:-1] == second[:-1]  # the same prefix; only the new question's evidence grew
+
+
+def test_breakpoint_marks_the_end_of_the_previous_request(gateways: list[str], upstream: FakeUpstream) -> None:
+    """``prefix.breakpoint``: for providers that cache only at explicit breakpoints, the last message
+    of the previous request (what this one repeats) carries one ``cache_control``, nothing else does."""
+    turns = _turns(4, _document(seed=17))
+    sent = [_chat(gateways[0], upstream, messages, model="conv-breakpoint")[2] for messages in turns]
+    end = len(sent[2]) - 1
+    assert [i for i, m in enumerate(sent[3]) if "cache_control" in json.dumps(m)] == [end]
+    [*_, part] = sent[3][end]["content"]
+    assert part["cache_control"] == {"type": "ephemeral"}
+    assert sent[3][:end] == sent[2][:end]
+
+
+def test_legacy_completion_is_one_turn_as_today(gateways: list[str], upstream: FakeUpstream) -> None:
+    """A completions prompt has no turns: it is compressed as one question, and says so."""
+    prompt = f"{_document(seed=31)}\n\n{FACTS[0][1]}"
+    upstream.clear()
+    with _client(gateways[0]) as client:
+        raw = client.completions.with_raw_response.create(model="conv", prompt=prompt, max_tokens=16)
+    assert raw.parse().choices[0].text == REPLY_TEXT
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert (raw.headers["x-mixpr-reset"], raw.headers["x-mixpr-prefix-reused-tokens"]) == ("false", "0")
+    [seen] = [r for r in upstream.received() if r.path.endswith("/completions")]
+    assert FACTS[0][0] in seen.json["prompt"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_cached_tokens_reach_the_client_and_the_metrics(
+    client: openai.OpenAI, http: httpx.Client, stream: bool
+) -> None:
+    """The upstream's prompt-cache usage goes back to the client as sent, and into /metrics."""
+    def cached_total() -> float:
+        for line in http.get("/metrics").text.splitlines():
+            if line.startswith('mixpr_upstream_cached_tokens_total{kind="read",model="cached"}'):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    before = cached_total()
+    hello = [{"role": "user", "content": "hello"}]
+    if stream:
+        chunks = list(client.chat.completions.create(model="cached", messages=hello, stream=True,
+                                                     stream_options={"include_usage": True}))
+        usage = chunks[-1].usage
+    else:
+        usage = client.chat.completions.create(model="cached", messages=hello).usage
+    assert usage.prompt_tokens_details.cached_tokens == CACHED_TOKENS
+    assert cached_total() == before + CACHED_TOKENS
+
+
+def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
+    with anthropic.Anthropic(base_url=gateway_url, api_key=MASTER_KEY, max_retries=0, timeout=30) as claude:
+        message = claude.messages.create(model="cached", max_tokens=16,
+                                         messages=[{"role": "user", "content": "hi"}])
+    assert message.usage.cache_read_input_tokens == CACHED_TOKENS
+    assert message.usage.input_tokens == 10 - CACHED_TOKENS
