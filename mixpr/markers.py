@@ -14,11 +14,13 @@ MAX_NAMES = 3
 
 
 def assemble(blocks: Blocks, keep: np.ndarray) -> str:
-    """The kept blocks' text in order; a marker in place of every run of omitted blocks."""
-    text, parts, previous = blocks.text, [], -1
+    """The kept blocks' text in order; a marker in place of every run of omitted blocks. Only the
+    first marker names the file: the others are in the same one (a path can cost 25 tokens)."""
+    text, parts, previous, named = blocks.text, [], -1, False
     for i in [*np.asarray(keep).tolist(), len(blocks)]:
         if i > previous + 1:
-            parts.append(_placed(marker(blocks, previous + 1, i - 1), parts))
+            parts.append(_placed(marker(blocks, previous + 1, i - 1, named=named), parts))
+            named = True
         elif previous >= 0 and i < len(blocks):
             parts.append(text[blocks.ends[previous] : blocks.starts[i]])  # what lies between (prose: a space)
         if i < len(blocks):
@@ -34,12 +36,12 @@ def _placed(note: str, parts: list[str]) -> str:
     return f"\n{note}\n"
 
 
-def marker(blocks: Blocks, first: int, last: int) -> str:
-    """The note for omitted blocks ``first``..``last``."""
+def marker(blocks: Blocks, first: int, last: int, *, named: bool = False) -> str:
+    """The note for omitted blocks ``first``..``last``; ``named``: the path was given already."""
     a, b = int(blocks.first_line[first]), int(blocks.last_line[last])
     span = f"line {a}" if a == b else f"lines {a}–{b}"
     if blocks.numbered:
-        where = f"{span} of {blocks.path}" if blocks.path else span
+        where = f"{span} of {blocks.path}" if blocks.path and not named else span
     else:
         where = f"output {span}"
     return f"[… {where} omitted{_names(blocks.labels[first : last + 1])} …]"

@@ -16,7 +16,7 @@ import numpy as np
 # and finer blocks let the budget go to the lines that match.
 MAX_BLOCK_LINES = 8
 # A numbered file view: SWE-agent's ``12:code`` or ``cat -n``'s ``    12\tcode``.
-NUMBERED = re.compile(r"^ {0,8}(\d{1,7})(?::|\t)")
+NUMBERED = re.compile(r"^ {0,8}(\d{1,7})(?::|\t|-(?!\d))")
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,9 @@ class Blocks:
     markers name them: the file's own numbers in a numbered view (``numbered``), else the output's lines.
     ``pinned``: blocks always kept first (error lines, the output's header and footer).
     ``labels``: per block, what it belongs to (a file in grep output or a diff), or "" when nothing.
-    ``path``: the file the whole text shows, when known (from the text or the caller's hint)."""
+    ``path``: the file the whole text shows, when known (from the text or the caller's hint).
+    ``prior``: per block, a factor on its rank score (1: none): a kind's knowledge of what is rarely
+    reused (a code file's comments). ``first_row``: the index of each block's first line."""
 
     text: str
     starts: np.ndarray
@@ -65,6 +67,8 @@ class Blocks:
     numbered: bool = False
     path: str | None = None
     labels: list[str] = field(default_factory=list)
+    prior: np.ndarray | None = None
+    first_row: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -98,8 +102,20 @@ def blocks(
     block_labels = [labels[i] for i in first.tolist()] if labels is not None else [""] * len(first)
     return Blocks(
         lines.text, lines.starts[first], lines.ends[last], numbers[first], numbers[last],
-        pinned[first], numbered, path, block_labels,
+        pinned[first], numbered, path, block_labels, None, first,
     )  # fmt: skip
+
+
+def block_share(blocks: Blocks, flags: np.ndarray) -> np.ndarray:
+    """Per block, the share of its lines for which ``flags`` is true."""
+    first = blocks.first_row
+    sizes = np.diff(np.append(first, len(flags)))
+    return np.add.reduceat(np.asarray(flags, dtype=np.float64), first) / sizes
+
+
+def block_any(blocks: Blocks, flags: np.ndarray) -> np.ndarray:
+    """Per block, whether ``flags`` is true for any of its lines."""
+    return np.logical_or.reduceat(np.asarray(flags, dtype=bool), blocks.first_row)
 
 
 def _with_max_length(first: np.ndarray, n: int, max_lines: int) -> np.ndarray:
@@ -117,7 +133,7 @@ def line_numbers(lines: Lines) -> tuple[np.ndarray, bool]:
     n = len(lines)
     shown = np.full(n, -1, dtype=np.int64)
     for i in range(n):
-        match = NUMBERED.match(lines.text, lines.starts[i], lines.ends[i])
+        match = NUMBERED.match(lines.line(i))
         if match:
             shown[i] = int(match.group(1))
     if (shown >= 0).sum() < max(3, 0.5 * n):
