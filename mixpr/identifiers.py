@@ -40,7 +40,8 @@ def counts_and_words(texts: list[str], extra: str = "") -> tuple[sp.csr_matrix, 
         columns += ids
     shape = (len(texts) + 1, len(vocabulary))
     data = np.ones(len(columns), dtype=np.float32)
-    counts = sp.csr_matrix((data, (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))), shape)
+    where = (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))
+    counts = sp.csr_matrix((data, where), shape=shape)
     counts.sum_duplicates()
     query = np.asarray(counts[len(texts)].todense()).ravel()
     return counts[: len(texts)].tocsr(), list(vocabulary), query

@@ -6,11 +6,15 @@ lines"). A cut in grep output or a diff also names the files it removed (at most
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from mixpr.kinds import Blocks
 
 MAX_NAMES = 3
+# A JSON item's key path, ``$.results[3]``, or a range of them, ``$.results[3–7]``.
+_ITEM = re.compile(r"^(.*)\[(\d+)(?:–(\d+))?\]$")
 
 
 def assemble(blocks: Blocks, keep: np.ndarray) -> str:
@@ -48,8 +52,21 @@ def marker(blocks: Blocks, first: int, last: int, *, named: bool = False) -> str
 
 
 def _names(labels: list[str]) -> str:
-    names = [name for name in dict.fromkeys(labels) if name]
+    names = _ranges([name for name in dict.fromkeys(labels) if name])
     if not names:
         return ""
     more = f" and {len(names) - MAX_NAMES} more" if len(names) > MAX_NAMES else ""
     return ": " + ", ".join(names[:MAX_NAMES]) + more
+
+
+def _ranges(names: list[str]) -> list[str]:
+    """Consecutive items of one JSON array as one range: ``$.results[3–40]``."""
+    out: list[str] = []
+    for name in names:
+        match = _ITEM.match(name)
+        last = _ITEM.match(out[-1]) if out else None
+        if match and last and match.group(1) == last.group(1):
+            out[-1] = f"{last.group(1)}[{last.group(2)}–{match.group(3) or match.group(2)}]"
+        else:
+            out.append(name)
+    return out

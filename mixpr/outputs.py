@@ -87,8 +87,9 @@ def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | Non
         if 0.97 * budget <= tokens <= budget:
             return keep, kept
         room *= budget / max(1, tokens)
-    while tokens > budget and taken > 1:
-        taken -= 1
+    while tokens > budget and taken > 1:  # drop about the excess at once: a few recounts, not one per block
+        excess = np.cumsum(sizes[order[:taken]][::-1] * per_char)
+        taken -= max(1, min(taken - 1, int(np.searchsorted(excess, tokens - budget)) + 1))
         keep = filled(np.sort(order[:taken]), sizes * per_char)
         kept = markers.assemble(blocks, keep)
         tokens = count_tokens(kept, model)

@@ -19,7 +19,9 @@ _DEFINITION = re.compile(
 _CLOSING = re.compile(r"^\s{0,4}[}\])];?\s*$")
 # Where a view says which file it shows: SWE-agent's ``[File: /a/b.py (120 lines total)]``, the
 # OpenHands editor's ``Here's the result of running `cat -n` on /a/b.py:``.
-_PATH_IN_HEADER = re.compile(r"\[File: (\S+)|running `cat -n` on (\S+?):?\s*$|^(?:---|\+\+\+) (?:a/|b/)?(\S+)", re.M)
+_PATH_IN_HEADER = re.compile(
+    r"\[File: (\S+)|running `cat -n` on (\S+?):?\s*$|^(?:---|\+\+\+) (?:a/|b/)?(\S+)", re.MULTILINE
+)
 _HEADER_CHARS = 600
 # Comments and docstrings: on the dev trajectories a block mostly of them held reused evidence half
 # as often as other code (licence headers, Javadoc), so such a block ranks at this factor, unless it
@@ -63,7 +65,6 @@ def commentary(code: list[str]) -> np.ndarray:
             found[i] = True
             inside, closing = line.lstrip().startswith("/*") and "*/" not in line, "*/"
     return found
-
 
 
 def _without_number(line: str) -> str:

@@ -17,7 +17,8 @@ from mixpr.kinds.log import FAILURE
 SAMPLE_LINES = 200
 _DIFF = re.compile(r"^(?:diff --git |@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@|\+\+\+ \S|--- \S)")
 _LOG = re.compile(
-    r"test session starts|^=+ .* =+$|^-+ .* -+$|\b(?:PASSED|FAILED|ERROR|OK|passed|failed)\b|^\[?\d{4}-\d\d-\d\d[ T]"
+    r"test session starts|^=+ .* =+$|^-+ .* -+$|\b(?:PASSED|FAILED|ERROR|OK|passed|failed)\b"
+    r"|^\[?\d{4}-\d\d-\d\d[ T]"
     r"|^(?:INFO|WARN(?:ING)?|DEBUG|ERROR)\b|^\s*at [\w$.]+\(|^Ran \d+ tests?|\[(?:INFO|WARNING|ERROR)\]"
 )
 _CODE = re.compile(

@@ -121,7 +121,8 @@ def block_any(blocks: Blocks, flags: np.ndarray) -> np.ndarray:
 def _with_max_length(first: np.ndarray, n: int, max_lines: int) -> np.ndarray:
     """``first`` (sorted block starts) with extra starts every ``max_lines`` lines inside longer blocks."""
     sizes = np.diff(np.append(first, n))
-    extra = [np.arange(f + max_lines, f + size, max_lines) for f, size in zip(first, sizes) if size > max_lines]
+    pairs = zip(first.tolist(), sizes.tolist(), strict=True)
+    extra = [np.arange(f + max_lines, f + size, max_lines) for f, size in pairs if size > max_lines]
     return np.unique(np.concatenate([first, *extra])) if extra else first
 
 
