@@ -23,7 +23,8 @@ MIN_CHARS = 2
 
 def counts_and_words(texts: list[str], extra: str = "") -> tuple[sp.csr_matrix, list[str], np.ndarray]:
     """Counts of the tokens and their parts, one row per text; the columns' words; and the counts of
-    ``extra`` (a query outside the texts) over the same columns, its words absent from the texts dropped."""
+    ``extra`` (a query outside the texts) over the same columns (its words absent from the texts have
+    columns no text row counts, so they weigh nothing)."""
     joined = _SEP.join(t.replace(_SEP, " ") for t in [*texts, extra])
     vocabulary: dict[str, int] = {}
     parts_of: dict[str, list[int]] = {}
