@@ -69,7 +69,7 @@ def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
     scores = experts.fuse_ranks(*ranked) + GLOBAL_WEIGHT * experts.fuse_ranks(central)
     if blocks.prior is not None:
         scores = scores * blocks.prior
-    return scores + blocks.pinned * (scores.max() + 1.0)
+    return scores + blocks.pinned * (scores.max() + 1.0)  # each pinned level above all below it
 
 
 def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | None):

@@ -41,7 +41,7 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     closed = np.array([bool(_CLOSING.match(c)) for c in code], dtype=bool)
     opens[1:] |= empty[:-1] & ~empty[1:]  # a paragraph of code after a blank line
     opens[1:] |= closed[:-1]
-    pinned = np.zeros(len(lines), dtype=bool)
+    pinned = np.zeros(len(lines), dtype=np.int8)
     ln.pin_ends(lines, pinned)
     found = ln.blocks(lines, opens, pinned, path=source or path_in_header(text))
     comments = ln.block_share(found, commentary(code)) > COMMENT_SHARE

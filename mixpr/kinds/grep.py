@@ -23,7 +23,7 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     files = [file_of(lines.line(i)) for i in range(len(lines))]
     opens = np.array([i == 0 or files[i] != files[i - 1] for i in range(len(files))], dtype=bool)
     opens |= ln.blank(lines)
-    pinned = np.zeros(len(lines), dtype=bool)
+    pinned = np.zeros(len(lines), dtype=np.int8)
     ln.pin_ends(lines, pinned, head=1, tail=1)
     return ln.blocks(lines, opens, pinned, path=source, labels=files)
 

@@ -20,7 +20,7 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     lines = ln.lines_of(text)
     depths, paths = _depths_and_paths(lines)
     opens = depths <= ITEM_DEPTH
-    pinned = np.zeros(len(lines), dtype=bool)
+    pinned = np.zeros(len(lines), dtype=np.int8)
     ln.pin_ends(lines, pinned, head=1, tail=1)
     return ln.blocks(lines, opens, pinned, max_lines=MAX_LINES, path=source, labels=paths)
 

@@ -52,7 +52,8 @@ class Blocks:
 
     ``first_line``/``last_line``: 1-based line numbers of each block's first and last line, as the cut
     markers name them: the file's own numbers in a numbered view (``numbered``), else the output's lines.
-    ``pinned``: blocks always kept first (error lines, the output's header and footer).
+    ``pinned``: per block, 0 or how firmly it is pinned: pinned blocks are kept first, the higher
+    level first (a log's failure lines, 2, before its head and tail, 1), best score first within one.
     ``labels``: per block, what it belongs to (a file in grep output or a diff), or "" when nothing.
     ``path``: the file the whole text shows, when known (from the text or the caller's hint).
     ``prior``: per block, a factor on its rank score (1: none): a kind's knowledge of what is rarely
@@ -91,11 +92,12 @@ def blocks(
     n = len(lines)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
-        return Blocks(lines.text, empty, empty, empty, empty, np.zeros(0, dtype=bool), path=path)
+        return Blocks(lines.text, empty, empty, empty, empty, np.zeros(0, dtype=np.int8), path=path)
+    pinned = np.asarray(pinned, dtype=np.int8)
     cut = np.asarray(opens, dtype=bool).copy()
     cut[0] = True
-    cut |= pinned
-    cut[1:] |= pinned[:-1]
+    cut |= pinned > 0
+    cut[1:] |= pinned[:-1] > 0
     first = _with_max_length(np.flatnonzero(cut), n, max_lines)
     last = np.append(first[1:], n) - 1
     numbers, numbered = line_numbers(lines)
@@ -148,11 +150,12 @@ def line_numbers(lines: Lines) -> tuple[np.ndarray, bool]:
 def pin_ends(lines: Lines, pinned: np.ndarray, *, head: int = 2, tail: int = 2, max_chars: int = 300) -> None:
     """Pin the output's first ``head`` and last ``tail`` lines when short: the envelope a tool wraps its
     output in (``[File: … (1084 lines total)]``, ``<returncode>1</returncode>``, ``(984 more lines
-    below)``, pytest's summary) says what the output is."""
+    below)``, pytest's summary) says what the output is. They are pinned at level 1: a line pinned
+    higher already keeps its level."""
     n = len(lines)
     for i in [*range(min(head, n)), *range(max(0, n - tail), n)]:
         if lines.ends[i] - lines.starts[i] <= max_chars:
-            pinned[i] = True
+            pinned[i] = max(pinned[i], 1)
 
 
 def blank(lines: Lines) -> np.ndarray:
