@@ -186,7 +186,7 @@ def test_a_test_failure_is_a_log_even_when_it_quotes_code():
 
 
 def test_a_licence_header_ranks_below_the_code_of_a_view():
-    header = ["/*", " * Licensed under the Apache License, Version 2.0.", " * You may not use this file", " */"]
+    header = ["/*", " * Licensed under the Apache License, Version 2.0.", " * You may not use it", " */"]
     body = [f"int value{n} = compute({n});" for n in range(12)]
     blocks = split("\n".join(["package demo;", "", *header, "", *body, "}"]), "code")
     licence = next(i for i, t in enumerate(blocks.texts()) if "Licensed" in t)
