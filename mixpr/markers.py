@@ -12,7 +12,7 @@ import numpy as np
 
 from mixpr.kinds import Blocks
 
-MAX_NAMES = 3
+MAX_NAMES = 2
 # A JSON item's key path, ``$.results[3]``, or a range of them, ``$.results[3–7]``.
 _ITEM = re.compile(r"^(.*)\[(\d+)(?:–(\d+))?\]$")
 
@@ -44,11 +44,21 @@ def marker(blocks: Blocks, first: int, last: int, *, named: bool = False) -> str
     """The note for omitted blocks ``first``..``last``; ``named``: the path was given already."""
     a, b = int(blocks.first_line[first]), int(blocks.last_line[last])
     span = f"line {a}" if a == b else f"lines {a}–{b}"
+    if a == b and _shares_line(blocks, first, last):
+        span = f"part of line {a}"  # a piece of a long line (minified JSON) was cut, not the line
     if blocks.numbered:
         where = f"{span} of {blocks.path}" if blocks.path and not named else span
     else:
-        where = f"output {span}"
+        where = span.replace("line", "output line", 1)
     return f"[… {where} omitted{_names(blocks.labels[first : last + 1])} …]"
+
+
+def _shares_line(blocks: Blocks, first: int, last: int) -> bool:
+    """Whether a kept block next to the cut holds another piece of the same line."""
+    line = blocks.first_line[first]
+    before = first > 0 and blocks.last_line[first - 1] == line
+    after = last + 1 < len(blocks) and blocks.first_line[last + 1] == line
+    return bool(before or after)
 
 
 def _names(labels: list[str]) -> str:

@@ -22,6 +22,7 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     opens = depths <= ITEM_DEPTH
     pinned = np.zeros(len(lines), dtype=np.int8)
     ln.pin_ends(lines, pinned, head=1, tail=1)
+    paths = ["" if piece or path == "$" else path for piece, path in zip(lines.continues, paths, strict=True)]
     return ln.blocks(lines, opens, pinned, max_lines=MAX_LINES, path=source, labels=paths)
 
 

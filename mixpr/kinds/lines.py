@@ -19,13 +19,22 @@ MAX_BLOCK_LINES = 8
 NUMBERED = re.compile(r"^ {0,8}(\d{1,7})(?::|\t|-(?!\d))")
 
 
+# A line longer than this (minified JSON, a base64 blob, a long log record) is cut into pieces of
+# about this many characters, at a comma or a space when one is near, so the budget can still cut it.
+LONG_LINE = 800
+
+
 @dataclass(frozen=True)
 class Lines:
-    """The text's lines: line i is ``text[starts[i]:ends[i]]`` (its newline included)."""
+    """The text's lines: line i is ``text[starts[i]:ends[i]]`` (its newline included). A long line is
+    several pieces: ``numbers`` holds each piece's 1-based line number, ``continues`` marks the pieces
+    after a line's first."""
 
     text: str
     starts: np.ndarray
     ends: np.ndarray
+    numbers: np.ndarray
+    continues: np.ndarray
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -37,13 +46,33 @@ class Lines:
         return self.text.splitlines(keepends=True)
 
 
-def lines_of(text: str) -> Lines:
+def lines_of(text: str, *, long_line: int = LONG_LINE) -> Lines:
     ends = [m.end() for m in re.finditer("\n", text)]
     if not ends or ends[-1] != len(text):
         ends.append(len(text))
-    ends_array = np.asarray(ends if text else [], dtype=np.int64)
-    starts = np.concatenate(([0], ends_array[:-1])) if len(ends_array) else ends_array
-    return Lines(text, starts.astype(np.int64), ends_array)
+    if not text:
+        ends = []
+    starts, numbers, continues = [], [], []
+    for number, (start, end) in enumerate(zip([0, *ends[:-1]], ends, strict=True), start=1):
+        for piece, at in enumerate(_pieces(text, start, end, long_line)):
+            starts.append(at)
+            numbers.append(number)
+            continues.append(piece > 0)
+    starts_array = np.asarray(starts, dtype=np.int64)
+    ends_array = np.append(starts_array[1:], len(text)) if starts else starts_array
+    numbers_array = np.asarray(numbers, dtype=np.int64)
+    return Lines(text, starts_array, ends_array, numbers_array, np.asarray(continues, dtype=bool))
+
+
+def _pieces(text: str, start: int, end: int, long_line: int) -> list[int]:
+    """Where the pieces of the line ``[start, end)`` start: just ``[start]`` unless it is long."""
+    found = [start]
+    while end - found[-1] > long_line:
+        at = found[-1]
+        window = (at + long_line // 2, at + long_line)
+        soft = max(text.rfind(", ", *window), text.rfind(" ", *window))
+        found.append(soft + 1 if soft > 0 else at + long_line)
+    return found
 
 
 @dataclass(frozen=True)
@@ -88,7 +117,8 @@ def blocks(
     labels: list[str] | None = None,
 ) -> Blocks:
     """Group lines into blocks: a block opens where ``opens`` says, at every pinned line and the line
-    after one (a pinned line is a block of its own), and after ``max_lines`` lines."""
+    after one (a pinned line is a block of its own), at every piece of a long line, and after
+    ``max_lines`` lines."""
     n = len(lines)
     if n == 0:
         empty = np.zeros(0, dtype=np.int64)
@@ -98,6 +128,7 @@ def blocks(
     cut[0] = True
     cut |= pinned > 0
     cut[1:] |= pinned[:-1] > 0
+    cut |= lines.continues  # each piece of a long line is a block: it alone can fill a budget
     first = _with_max_length(np.flatnonzero(cut), n, max_lines)
     last = np.append(first[1:], n) - 1
     numbers, numbered = line_numbers(lines)
@@ -135,12 +166,12 @@ def line_numbers(lines: Lines) -> tuple[np.ndarray, bool]:
     line before them (or the next one's, before the first), so a range stays in file lines."""
     n = len(lines)
     shown = np.full(n, -1, dtype=np.int64)
-    for i in range(n):
+    for i in np.flatnonzero(~lines.continues).tolist():
         match = NUMBERED.match(lines.line(i))
         if match:
             shown[i] = int(match.group(1))
     if (shown >= 0).sum() < max(3, 0.5 * n):
-        return np.arange(1, n + 1, dtype=np.int64), False
+        return lines.numbers, False
     have = np.flatnonzero(shown >= 0)
     before = np.searchsorted(have, np.arange(n), side="right") - 1
     filled = np.where(before >= 0, shown[have[np.maximum(before, 0)]], shown[have[0]])

@@ -130,6 +130,14 @@ def test_json_cuts_name_the_items_they_removed():
     assert re.search(r"omitted: \$\.results\[\d+–\d+\]", result.text)
 
 
+def test_one_line_json_is_cut_in_pieces_within_budget():
+    text = json.dumps({"results": [{"id": i, "name": f"item_{i}"} for i in range(3000)]})
+    result = compress(text, budget_tokens=500, kind="auto", query="item_1742")
+    assert result.stats["kept_tokens"] <= 500
+    assert '"name": "item_1742"' in result.text
+    assert "[… part of output line 1 omitted …]" in result.text
+
+
 def test_small_outputs_pass_whole():
     text = "def f():\n    return 1\n"
     result = compress(text, budget_tokens=100, kind="auto", query="f")
