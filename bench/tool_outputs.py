@@ -2,13 +2,14 @@
 
     .venv/bin/python -m bench.tool_outputs                 # the table below (~2 min on one core)
     .venv/bin/python -m bench.tool_outputs --kind code     # force one content kind
-    .venv/bin/python -m bench.tool_outputs --settings 4000:0.4 2000:0.5
+    .venv/bin/python -m bench.tool_outputs --settings 4000:0.4 4000:code=0.6,log=0.3,grep=0.3,other=0.5
 
 Data: ``../shared/data/real/agent_traj.dev.jsonl`` (definitions in its README). Every ``tool`` message
 is compressed once, as the gateway would when it first arrives: the query is the tool call's name and
 arguments, the assistant text that made the call and the task (the first user message); a ``path``
 argument of the call is passed as the source hint. Outputs over ``threshold`` characters are cut to
-``ratio`` of their tokens; smaller ones pass whole. Per setting:
+``ratio`` of their tokens; smaller ones pass whole. A ratio per kind (``code=0.6,log=0.3,other=0.5``)
+is looked up with the kind ``mixpr.kinds.resolve`` detects (what a gateway would do). Per setting:
 
 * tokens: kept tokens of all tool outputs / their original tokens (cl100k);
 * evidence: share of the steps' evidence entries whose ``text`` is still in the compressed form of the
@@ -26,15 +27,22 @@ import argparse
 import json
 import math
 import time
-from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bench.data import data_dir
 from mixpr import compress
+from mixpr.kinds import resolve
 from mixpr.tokens import count_tokens
 
-DEFAULT_SETTINGS = ((4000, 0.4), (2000, 0.5), (2000, 0.35), (6000, 0.3))
+DEFAULT_SETTINGS = (
+    (2000, {"other": 0.25}),
+    (4000, {"other": 0.4}),
+    (6000, {"other": 0.3}),
+    (4000, {"code": 0.6, "log": 0.3, "grep": 0.3, "other": 0.5}),
+    (4000, {"code": 0.7, "log": 0.3, "grep": 0.3, "other": 0.6}),
+    (4000, {"code": 0.5, "log": 0.25, "grep": 0.25, "other": 0.4}),
+)
 HEAD_TAIL = 2000
 
 
@@ -78,9 +86,13 @@ def _outputs(trajectory: dict) -> list[Output]:
         k = step["msg_index"]
         for entry in step["evidence"]:
             if entry["msg"] in by_index:
-                strict = entry["origin"] == "tool" and not entry["in_prior_assistant"] and entry["msg"] < k - 1
-                by_index[entry["msg"]].evidence.append((entry["text"], strict))
+                by_index[entry["msg"]].evidence.append((entry["text"], _strict(entry, k)))
     return list(by_index.values())
+
+
+def _strict(entry: dict, k: int) -> bool:
+    """Only an earlier tool output (not the newest) held it, and the agent never repeated it."""
+    return entry["origin"] == "tool" and not entry["in_prior_assistant"] and entry["msg"] < k - 1
 
 
 def _path_argument(arguments: str) -> str | None:
@@ -98,26 +110,25 @@ def head_tail(item: Output, threshold: int = 2 * HEAD_TAIL) -> str:
     return text if len(text) <= threshold else text[:HEAD_TAIL] + "\n…\n" + text[-HEAD_TAIL:]
 
 
-def sentences(item: Output, threshold: int, ratio: float) -> str:
+def sentences(item: Output, threshold: int, ratios: dict[str, float]) -> str:
     """Today's compress(): the query after a blank line, pinned; the output's kept spans joined."""
     text = item.text
     if len(text) <= threshold:
         return text
     joined = text + "\n\n" + item.query
-    budget = _budget(text, ratio) + count_tokens(item.query)
+    budget = _budget(text, ratios.get("prose", ratios["other"])) + count_tokens(item.query)
     result = compress(joined, budget_tokens=budget, route="local", query_span=(len(text) + 2, len(joined)))
     parts = [text[s : min(e, len(text))] for s, e in result.spans if s < len(text)]
     return "\n".join(parts)
 
 
-def kinds(item: Output, threshold: int, ratio: float, kind: str) -> str:
+def kinds(item: Output, threshold: int, ratios: dict[str, float], kind: str) -> str:
     text = item.text
     if len(text) <= threshold:
         return text
-    result = compress(
-        text, budget_tokens=_budget(text, ratio), kind=kind, query=item.query, source=item.source
-    )
-    return result.text
+    found = resolve(text, kind)
+    budget = _budget(text, ratios.get(found, ratios["other"]))
+    return compress(text, budget_tokens=budget, kind=found, query=item.query, source=item.source).text
 
 
 def _budget(text: str, ratio: float) -> int:
@@ -146,19 +157,20 @@ class Tally:
         share = self.tokens / max(1, self.original)
         evidence = self.kept[0] / max(1, self.total[0])
         strict = self.kept[1] / max(1, self.total[1])
-        return f"{name:<34} {share:>7.3f} {evidence:>9.3f} {strict:>7.3f} {self.seconds:>8.1f}"
+        return f"{name:<64} {share:>7.3f} {evidence:>9.3f} {strict:>7.3f} {self.seconds:>8.1f}"
 
 
 def rows(items: list[Output], settings, kind: str, methods) -> Iterator[str]:
-    yield f"{'setting':<34} {'tokens':>7} {'evidence':>9} {'strict':>7} {'seconds':>8}"
+    yield f"{'setting':<64} {'tokens':>7} {'evidence':>9} {'strict':>7} {'seconds':>8}"
     yield _run("head+tail 4000 (2000 + 2000)", items, head_tail).row("head+tail 4000 (2000 + 2000)")
-    for threshold, ratio in settings:
-        if "sentences" in methods:
-            name = f"sentences >{threshold} @ {ratio}"
-            yield _run(name, items, lambda it, t=threshold, r=ratio: sentences(it, t, r)).row(name)
+    for threshold, ratios in settings:
+        shown = ",".join(f"{k}={v}" for k, v in ratios.items()) if len(ratios) > 1 else str(ratios["other"])
+        if "sentences" in methods and len(ratios) == 1:
+            name = f"sentences >{threshold} @ {shown}"
+            yield _run(name, items, lambda it, t=threshold, r=ratios: sentences(it, t, r)).row(name)
         if "kinds" in methods:
-            name = f"kinds({kind}) >{threshold} @ {ratio}"
-            yield _run(name, items, lambda it, t=threshold, r=ratio: kinds(it, t, r, kind)).row(name)
+            name = f"kinds({kind}) >{threshold} @ {shown}"
+            yield _run(name, items, lambda it, t=threshold, r=ratios: kinds(it, t, r, kind)).row(name)
 
 
 def _run(name: str, items: list[Output], form_of) -> Tally:
@@ -170,20 +182,26 @@ def _run(name: str, items: list[Output], form_of) -> Tally:
     return tally
 
 
-def _setting(value: str) -> tuple[int, float]:
-    threshold, ratio = value.split(":")
-    return int(threshold), float(ratio)
+def _setting(value: str) -> tuple[int, dict[str, float]]:
+    """``4000:0.4`` (one ratio) or ``4000:code=0.6,log=0.3,other=0.5`` (a ratio per kind)."""
+    threshold, ratios = value.split(":")
+    if "=" not in ratios:
+        return int(threshold), {"other": float(ratios)}
+    pairs = dict(pair.split("=") for pair in ratios.split(","))
+    return int(threshold), {"other": 0.5, **{k: float(v) for k, v in pairs.items()}}
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
     parser.add_argument("--settings", nargs="*", type=_setting, default=list(DEFAULT_SETTINGS))
     parser.add_argument("--kind", default="auto")
     parser.add_argument("--methods", nargs="*", default=["sentences", "kinds"])
     args = parser.parse_args(argv)
     items = outputs(load())
     strict = sum(s for item in items for _, s in item.evidence)
-    print(f"{len(items)} tool outputs, {sum(len(i.evidence) for i in items)} evidence entries ({strict} strict)")
+    entries = sum(len(item.evidence) for item in items)
+    print(f"{len(items)} tool outputs, {entries} evidence entries ({strict} strict)")
     for line in rows(items, args.settings, args.kind, args.methods):
         print(line, flush=True)
 

@@ -21,8 +21,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mixpr import baselines, bridge, experts, headings, lexical, order, outputs, query, routing, selection, structure
-from mixpr import kinds
+from mixpr import (
+    baselines,
+    bridge,
+    experts,
+    headings,
+    kinds,
+    lexical,
+    order,
+    outputs,
+    routing,
+    selection,
+    structure,
+)
+from mixpr import query as questions  # ``query`` is also compress()'s keyword
 from mixpr.chunking import Chunks, chunk_text
 from mixpr.embedding import bm25, counts_and_words, tfidf, unit_rows
 from mixpr.tokens import count_tokens
@@ -92,7 +104,7 @@ def compress(
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
     counts, words, titled = clock.run("embed", _counts, chunks) if method != "middle-out" else (None,) * 3
-    p = query.query_weights(chunks, query_span)
+    p = questions.query_weights(chunks, query_span)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
     scores = _score(chunks, (counts, words, titled), p, method, route, ask_llm, clock, stats, kept_chunks)
@@ -110,7 +122,13 @@ def _compress_kind(text, budget_tokens, kind, query, source, model, original_tok
     clock = _Clock()
     if original_tokens is None:
         original_tokens = clock.run("count", count_tokens, text, model)
-    stats = {"method": "mixpr", "route": "mixture", "router": None, "alpha": None, "original_tokens": original_tokens}
+    stats = {
+        "method": "mixpr",
+        "route": "mixture",
+        "router": None,
+        "alpha": None,
+        "original_tokens": original_tokens,
+    }
     if original_tokens <= budget_tokens or not text.strip():  # small outputs pass whole
         stats.update(kind=None, kept_tokens=original_tokens, timings_ms=clock.timings())
         return Compressed(text, [(0, len(text))] if text else [], stats)
@@ -129,8 +147,10 @@ def _validate_kind(kind, budget_tokens, others) -> None:
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
     top_k, route, method, boundaries, query_span = others
     if top_k is not None or route != "auto" or method != "mixpr" or boundaries or query_span is not None:
-        raise ValueError("with kind, give the question as query=; top_k, route, method, boundaries "
-                         "and query_span are for untyped text (kind=None)")
+        raise ValueError(
+            "with kind, give the question as query=; top_k, route, method, boundaries "
+            "and query_span are for untyped text (kind=None)"
+        )
 
 
 def _counts(chunks: Chunks):
@@ -201,7 +221,7 @@ def _local(chunks: Chunks, W, words, p, kept_chunks, titled) -> np.ndarray:
 
 def _order(chunks: Chunks, scores, relevance, p) -> np.ndarray:
     """A question about order ("the second topic we discussed") also ranks its matches by position."""
-    where = order.direction(query.query_text(chunks, p))
+    where = order.direction(questions.query_text(chunks, p))
     if not where:
         return scores
     asked = np.where(p > 0, 0.0, relevance)  # the question matches itself best
@@ -215,7 +235,7 @@ def _route(chunks: Chunks, route: str, ask_llm, p) -> tuple[str, str]:
     cue word there sent a local question to the global route (bench/README.md)."""
     if route in (routing.LOCAL, routing.GLOBAL):
         return route, "forced"
-    asked = np.union1d(query.first_line(chunks), np.flatnonzero(p))
+    asked = np.union1d(questions.first_line(chunks), np.flatnonzero(p))
     request = " ".join(chunks.text[chunks.starts[i] : chunks.ends[i]].strip() for i in asked)
     if route == "heuristic":
         return routing.heuristic_route(request), "heuristic"

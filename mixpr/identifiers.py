@@ -23,7 +23,8 @@ MIN_CHARS = 2
 
 def counts_and_words(texts: list[str], extra: str = "") -> tuple[sp.csr_matrix, list[str], np.ndarray]:
     """Counts of the tokens and their parts, one row per text; the columns' words; and the counts of
-    ``extra`` (a query outside the texts) over the same columns, its words absent from the texts dropped."""
+    ``extra`` (a query outside the texts) over the same columns (its words absent from the texts have
+    columns no text row counts, so they weigh nothing)."""
     joined = _SEP.join(t.replace(_SEP, " ") for t in [*texts, extra])
     vocabulary: dict[str, int] = {}
     parts_of: dict[str, list[int]] = {}
@@ -40,7 +41,8 @@ def counts_and_words(texts: list[str], extra: str = "") -> tuple[sp.csr_matrix, 
         columns += ids
     shape = (len(texts) + 1, len(vocabulary))
     data = np.ones(len(columns), dtype=np.float32)
-    counts = sp.csr_matrix((data, (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))), shape)
+    where = (np.asarray(rows, dtype=np.int64), np.asarray(columns, dtype=np.int64))
+    counts = sp.csr_matrix((data, where), shape=shape)
     counts.sum_duplicates()
     query = np.asarray(counts[len(texts)].todense()).ravel()
     return counts[: len(texts)].tocsr(), list(vocabulary), query

@@ -32,6 +32,8 @@ CHAIN_ALPHA = 0.3
 COMMON_SHARE = 0.2
 GLOBAL_WEIGHT = 0.5
 FIT_ROUNDS = 5
+# A marker costs about this many tokens; a gap that costs no more is kept instead of cut.
+MARKER_TOKENS = 16
 
 
 def compress_blocks(
@@ -65,7 +67,9 @@ def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
         ranked.append(pagerank.factorised(graph, relevance, LOCAL_ALPHA))
         ranked.append(pagerank.along_chain(relevance, CHAIN_ALPHA))
     scores = experts.fuse_ranks(*ranked) + GLOBAL_WEIGHT * experts.fuse_ranks(central)
-    return scores + blocks.pinned * (scores.max() + 1.0)
+    if blocks.prior is not None:
+        scores = scores * blocks.prior
+    return scores + blocks.pinned * (scores.max() + 1.0)  # each pinned level above all below it
 
 
 def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | None):
@@ -77,15 +81,28 @@ def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | Non
     room = float(budget)
     for _ in range(FIT_ROUNDS):
         taken = max(1, int(np.searchsorted(np.cumsum(sizes[order] * per_char), room, side="right")))
-        keep = np.sort(order[:taken])
+        keep = filled(np.sort(order[:taken]), sizes * per_char)
         kept = markers.assemble(blocks, keep)
         tokens = count_tokens(kept, model)
         if 0.97 * budget <= tokens <= budget:
             return keep, kept
         room *= budget / max(1, tokens)
-    while tokens > budget and taken > 1:
-        taken -= 1
-        keep = np.sort(order[:taken])
+    while tokens > budget and taken > 1:  # drop about the excess at once: a few recounts, not one per block
+        excess = np.cumsum(sizes[order[:taken]][::-1] * per_char)
+        taken -= max(1, min(taken - 1, int(np.searchsorted(excess, tokens - budget)) + 1))
+        keep = filled(np.sort(order[:taken]), sizes * per_char)
         kept = markers.assemble(blocks, keep)
         tokens = count_tokens(kept, model)
     return keep, kept
+
+
+def filled(keep: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """``keep`` plus every gap (run of omitted blocks) whose estimated tokens are no more than its
+    marker's: cutting it would save nothing."""
+    gaps_before = np.concatenate(([0], np.cumsum(cost)))  # tokens before each block
+    inside = [
+        np.arange(a + 1, b)
+        for a, b in zip(keep[:-1].tolist(), keep[1:].tolist(), strict=True)
+        if b > a + 1 and gaps_before[b] - gaps_before[a + 1] <= MARKER_TOKENS
+    ]
+    return np.union1d(keep, np.concatenate(inside)).astype(np.int64) if inside else keep

@@ -17,18 +17,29 @@ from mixpr.kinds.log import FAILURE
 SAMPLE_LINES = 200
 _DIFF = re.compile(r"^(?:diff --git |@@ -\d+(?:,\d+)? \+\d+(?:,\d+)? @@|\+\+\+ \S|--- \S)")
 _LOG = re.compile(
-    r"test session starts|^=+ .* =+$|^-+ .* -+$|\b(?:PASSED|FAILED|ERROR|OK|passed|failed)\b|^\[?\d{4}-\d\d-\d\d[ T]"
+    r"test session starts|^=+ .* =+$|^-+ .* -+$|\b(?:PASSED|FAILED|ERROR|OK|passed|failed)\b"
+    r"|^\[?\d{4}-\d\d-\d\d[ T]"
     r"|^(?:INFO|WARN(?:ING)?|DEBUG|ERROR)\b|^\s*at [\w$.]+\(|^Ran \d+ tests?|\[(?:INFO|WARNING|ERROR)\]"
 )
 _CODE = re.compile(
-    r"^\s*(?:def |class |import |from \S+ import |return\b|if .*:$|for .*:$|#include|package |public |private "
-    r"|protected |func |fn |const |let |var |@\w)|[;{}]\s*$|^\s*[}\])]"
+    r"^\s*(?:def |class |import |from \S+ import |return\b|if .*:$|for .*:$|#include|package |public "
+    r"|private |protected |func |fn |const |let |var |@\w|self\.|#|//|/?\*)|[;{}(,:]\s*$|^\s*[}\])]"
+    r"|^\s*[\w.]+(?:\[[^]]*\])? [-+*/]?= "
 )
+# A test runner's banner or summary, a traceback: a log whatever else its lines hold.
+_RUNNER = re.compile(
+    r"test session starts|^Ran \d+ tests? in|^Traceback \(most recent call last\)|^(?:FAILED|ERROR|PASSED) \S"
+    r"|\S::\S+ (?:PASSED|FAILED|ERROR|SKIPPED)|^=+ (?:FAILURES|ERRORS|short test summary info) =+$"
+    r"|^Tests run: \d+|^\[(?:INFO|ERROR)\] (?:BUILD|Tests run)"
+)
+# Prose is sentences: long lines, most of them ending like one.
+PROSE_LINE_CHARS = 60
 
 
 def detect(text: str) -> str:
     """One of "diff", "json", "code", "grep", "log", "prose"."""
-    sample = text.lstrip()[: 200 * SAMPLE_LINES].splitlines()[:SAMPLE_LINES]
+    head = text[: 200 * SAMPLE_LINES]
+    sample = head.lstrip().splitlines()[:SAMPLE_LINES]
     body = [line for line in sample if line.strip()]
     if not body:
         return "prose"
@@ -43,6 +54,8 @@ def detect(text: str) -> str:
 
 
 def _by_lines(body: list[str]) -> str:
+    if any(_RUNNER.search(line) for line in body):
+        return "log"
     logged = _share(body, lambda s: bool(_LOG.search(s) or FAILURE.search(s)))
     coded = _share(body, lambda s: bool(_CODE.search(s)))
     filed = _share(body, lambda s: bool(file_of(s)))
@@ -54,7 +67,14 @@ def _by_lines(body: list[str]) -> str:
         return "code"
     if filed >= 0.4:
         return "grep"
-    return "prose"
+    return "prose" if _sentences(body) else "log"
+
+
+def _sentences(body: list[str]) -> bool:
+    """Lines of prose: long on average, or mostly ending a sentence. Other line-oriented output
+    (installers, build steps) is read as a log: its head, its tail and its failures."""
+    mean = sum(len(line) for line in body) / len(body)
+    return mean >= PROSE_LINE_CHARS or _share(body, lambda s: s.rstrip().endswith((".", "!", "?"))) >= 0.5
 
 
 def _share(lines: list[str], test) -> float:

@@ -18,7 +18,7 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     headers = np.array([bool(_FILE.match(lines.line(i))) for i in range(len(lines))], dtype=bool)
     hunks = np.array([lines.line(i).startswith("@@") for i in range(len(lines))], dtype=bool)
     labels = _files(lines)
-    pinned = headers.copy()
+    pinned = headers.astype(np.int8)
     ln.pin_ends(lines, pinned, head=1, tail=1)
     return ln.blocks(lines, headers | hunks, pinned, max_lines=MAX_LINES, path=source, labels=labels)
 

@@ -14,6 +14,8 @@ from mixpr.kinds import lines as ln
 
 _MATCH = re.compile(r"^(\S+?\.\w+|\S*/\S+?)(?::\d+[:-]|-\d+-|:)")
 _PATH = re.compile(r"^\s*(\S*[/\\]\S*|\S+\.\w{1,5})/?\s*$")
+# SWE-agent's search_dir: ``/repo/a/b.py (2 matches)``.
+_COUNTED = re.compile(r"^(\S+) \(\d+ match(?:es)?\)\s*$")
 
 
 def split(text: str, source: str | None = None) -> ln.Blocks:
@@ -21,7 +23,7 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     files = [file_of(lines.line(i)) for i in range(len(lines))]
     opens = np.array([i == 0 or files[i] != files[i - 1] for i in range(len(files))], dtype=bool)
     opens |= ln.blank(lines)
-    pinned = np.zeros(len(lines), dtype=bool)
+    pinned = np.zeros(len(lines), dtype=np.int8)
     ln.pin_ends(lines, pinned, head=1, tail=1)
     return ln.blocks(lines, opens, pinned, path=source, labels=files)
 
@@ -31,7 +33,7 @@ def file_of(line: str) -> str:
     match = _MATCH.match(line)
     if match:
         return match.group(1)
-    match = _PATH.match(line)
+    match = _COUNTED.match(line) or _PATH.match(line)
     if match:
         return match.group(1).rstrip("/").rsplit("/", 1)[0]
     return ""

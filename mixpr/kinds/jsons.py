@@ -20,8 +20,9 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     lines = ln.lines_of(text)
     depths, paths = _depths_and_paths(lines)
     opens = depths <= ITEM_DEPTH
-    pinned = np.zeros(len(lines), dtype=bool)
+    pinned = np.zeros(len(lines), dtype=np.int8)
     ln.pin_ends(lines, pinned, head=1, tail=1)
+    paths = ["" if piece or path == "$" else path for piece, path in zip(lines.continues, paths, strict=True)]
     return ln.blocks(lines, opens, pinned, max_lines=MAX_LINES, path=source, labels=paths)
 
 

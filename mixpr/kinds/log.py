@@ -16,6 +16,8 @@ FAILURE = re.compile(
     r"|^E {2,}|^>\s|^\s*File \"[^\"]+\", line \d+|^\S+\.\w+:\d+: (?:in \w|error)",
     re.IGNORECASE,
 )
+# Failure lines outrank the head and tail when the pinned lines alone exceed the budget.
+FAILURE_LEVEL = 2
 HEAD_LINES = 4
 TAIL_LINES = 6
 MAX_LINES = 4
@@ -23,7 +25,8 @@ MAX_LINES = 4
 
 def split(text: str, source: str | None = None) -> ln.Blocks:
     lines = ln.lines_of(text)
-    pinned = np.array([bool(FAILURE.search(lines.line(i))) for i in range(len(lines))], dtype=bool)
+    failures = [bool(FAILURE.search(lines.line(i))) for i in range(len(lines))]
+    pinned = np.where(failures, FAILURE_LEVEL, 0).astype(np.int8)
     ln.pin_ends(lines, pinned, head=HEAD_LINES, tail=TAIL_LINES)
     opens = ln.blank(lines)
     return ln.blocks(lines, opens, pinned, max_lines=MAX_LINES, path=source)

@@ -13,6 +13,6 @@ def split(text: str, source: str | None = None) -> ln.Blocks:
     newlines = np.flatnonzero(np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32) == 10)
     first = np.searchsorted(newlines, chunks.starts) + 1
     last = np.searchsorted(newlines, np.maximum(chunks.ends - 1, chunks.starts)) + 1
-    pinned = np.zeros(len(chunks), dtype=bool)
+    pinned = np.zeros(len(chunks), dtype=np.int8)
     return ln.Blocks(text, chunks.starts, chunks.ends, first, last, pinned, path=source,
                      labels=[""] * len(chunks))  # fmt: skip
