@@ -453,7 +453,9 @@ def test_breakpoint_marks_the_end_of_the_previous_request(gateways: list[str], u
     assert [i for i, m in enumerate(sent[3]) if "cache_control" in json.dumps(m)] == [end]
     [*_, part] = sent[3][end]["content"]
     assert part["cache_control"] == {"type": "ephemeral"}
-    assert sent[3][:end] == sent[2][:end]
+    moved = len(sent[1]) - 1  # where the previous request had its breakpoint: the marker moves on
+    assert sent[3][:moved] == sent[2][:moved] and "cache_control" in json.dumps(sent[2][moved])
+    assert sent[3][moved]["content"] == sent[2][moved]["content"][0]["text"]
 
 
 def test_legacy_completion_is_one_turn_as_today(gateways: list[str], upstream: FakeUpstream) -> None:
