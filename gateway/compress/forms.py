@@ -148,11 +148,12 @@ def _path(arguments: Any) -> str | None:
 # -- budgets ---------------------------------------------------------------------------------------
 
 
-def budget(piece: Piece, tokens: int, level: int, settings: Prefix) -> int | None:
-    """Tokens ``piece`` (of ``tokens``) keeps at ``level``; None: sent as it is; 0: a placeholder."""
+def budget(piece: Piece, tokens: int, level: int, settings: Prefix, cap: int) -> int | None:
+    """Tokens ``piece`` (of ``tokens``) keeps at ``level``; None: sent as it is; 0: a placeholder.
+    ``cap``: the most a first-sight form may keep (a share of the room: a small window)."""
     first = tokens
-    if piece.first_sight and tokens > settings.min_tokens:
-        first = min(tokens, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
+    if piece.first_sight and tokens > min(settings.min_tokens, cap):
+        first = min(tokens, cap, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
     if level == 0:
         return first if first < tokens else None
     if tokens <= settings.reset_min_tokens:

@@ -68,6 +68,7 @@ class _Plan:
     rest: list[int]  # each message's tokens besides its pieces (framing, names, calls, media)
     constant: int  # tools and the reply's priming
     salt: str
+    cap: int  # the most one first-sight form keeps: half of what a reset brings the forms down to
     forms: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
     evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
     new_forms: int = 0  # forms computed for this request (not found in the cache)
@@ -84,8 +85,12 @@ class History:
 
     async def prepare(self, request: Request, model_name: str = "") -> Outcome:
         """The messages to forward for ``request``, and the report."""
-        if not _multi_turn(request):
-            return await self.today(request)  # a single question: exactly as without this module
+        if not _multi_turn(request):  # a single question: exactly as without this module
+            outcome = await self.today(request)
+            if request.settings.prefix.enabled and not outcome.failed_open:  # what a follow-up extends
+                await offload.inline_or_run(offload.many(request.messages), self._remember, request,
+                                            outcome.messages, model_name)
+            return outcome
         started = time.perf_counter()
         ticket = Ticket(self.compressor)
         bridge = _Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
@@ -123,10 +128,14 @@ class History:
             [self._size(plan, j, 0) for j in range(len(request.messages))], plan.constant,
             room=request.target.counted(room), after=request.target.counted(after),
             older_end=lambda i: _older_end(request.messages, i),
+            last_end=lambda i: _last_end(request.messages, i),
             harder=lambda js, levels: self._sizes(plan, bridge, js, levels),
             max_level=MAX_LEVEL, snapshot_at=previous)
         sent = self._assemble(plan, scanned.levels)
         return self._outcome(plan, scanned, sent, previous, model_name)
+
+    def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
+        self.sent.put(_chain(request.messages, model_name)[-1], [_digest(m) for m in sent])
 
     def _plan(self, request: Request) -> _Plan:
         model = request.target.model
@@ -141,7 +150,8 @@ class History:
         if request.tools:
             constant += self._count(json.dumps(request.tools), model)
         salt = json.dumps([request.settings.prefix.model_dump(mode="json"), model])
-        return _Plan(request, found, tokens, by_message, rest, constant, salt)
+        cap = max(1, request.target.counted(_room(request)[1]) // 2)
+        return _Plan(request, found, tokens, by_message, rest, constant, salt, cap)
 
     def _count(self, text: str, model: str) -> int:
         """Tokens of ``text``, remembered by content hash (histories repeat every message)."""
@@ -190,7 +200,7 @@ class History:
             if (number, level) in plan.forms:
                 continue
             piece = plan.pieces[number]
-            asked = forms.budget(piece, plan.tokens[number], level, settings)
+            asked = forms.budget(piece, plan.tokens[number], level, settings, plan.cap)
             if asked is None:
                 continue
             name = forms.key(piece, asked, plan.salt)
@@ -277,9 +287,13 @@ class History:
         problems = checks.problems(request.messages, sent, request.verbatim_ids)
         if problems or final > target.limit:
             return self._fallback(plan, problems, original, final)
-        reused, basis = self._reused(plan, scanned, sent, sizes, previous, model_name)
+        same, basis = self._same(plan, scanned, sent, previous, model_name)
+        reused = plan.constant + sum(sizes[:same]) if same else 0
         sent = _with_breakpoint(sent, previous, request.settings.prefix.breakpoint)
-        reset = any(point > previous for point in scanned.points) and previous >= 0
+        # A reset: the previous request's messages are not all sent as they were (a reset point since
+        # then, or, as remembered, other bytes: a changed max_tokens moves the points).
+        moved = any(point > previous for point in scanned.points)
+        reset = previous >= 0 and (moved or (basis != "none" and same < previous + 1))
         action = "compressed" if sent != request.messages else "passthrough"
         return Outcome(sent, action, original, final, "forms" if action == "compressed" else None,
                        budget=target.tokens(scanned.total - plan.constant), room=target.limit,
@@ -304,11 +318,12 @@ class History:
             f"parts kept verbatim (system messages, tool definitions, images, the newest turn) alone "
             f"take too much.", param="messages")
 
-    def _reused(self, plan: _Plan, scanned: resets.Scan, sent: list[dict[str, Any]], sizes: list[int],
-                previous: int, model_name: str) -> tuple[int, str]:
-        """Tokens at the start of ``sent`` byte-identical to what was sent for the previous request,
-        and how that is known: ``remembered`` (this instance sent it), ``recomputed`` (the scan as it
-        stood at the previous request, with this request's parameters) or ``none``."""
+    def _same(self, plan: _Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,
+              model_name: str) -> tuple[int, str]:
+        """How many messages at the start of ``sent`` are byte-identical to what was sent for the
+        previous request, and how that is known: ``remembered`` (this instance sent it),
+        ``recomputed`` (the scan as it stood at the previous request, with this request's
+        parameters) or ``none`` (no previous request)."""
         digests = [_digest(m) for m in sent]
         chain = _chain(plan.request.messages, model_name)
         self.sent.put(chain[-1], digests)
@@ -318,11 +333,13 @@ class History:
         if remembered is not None:
             same = _common(digests[: previous + 1], remembered)
             basis = "remembered"
+        elif not any(m.get("role") == "assistant" for m in plan.request.messages[: previous + 1]):
+            same, basis = 0, "none"  # a single question was compressed whole: unknown, so not claimed
         else:
             before = scanned.snapshot or []
             same = next((j for j in range(previous + 1) if before[j] != scanned.levels[j]), previous + 1)
             basis = "recomputed"
-        return (plan.constant + sum(sizes[:same]) if same else 0), basis
+        return same, basis
 
 
 def _text(plan: _Plan, number: int, level: int) -> str:
@@ -416,10 +433,24 @@ def _older_end(messages: Sequence[dict[str, Any]], i: int) -> int:
     ``i`` (the newest turn stays as first sent), and before any assistant message that carries
     thinking blocks after the last user message (its provider checks what precedes it)."""
     end = next((j for j in range(i, -1, -1) if messages[j].get("role") == "assistant"), 0)
+    return min(end, _thinking_end(messages, i))
+
+
+def _thinking_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """The first assistant message with thinking blocks since the last user message up to ``i``
+    (``i + 1`` if none): its provider checks what precedes it, within the current tool loop."""
     last_user = next((j for j in range(i, -1, -1) if messages[j].get("role") == "user"), 0)
-    thinking = next((j for j in range(last_user, i + 1) if messages[j].get("role") == "assistant"
-                     and (messages[j].get("thinking_blocks") or messages[j].get("reasoning_content"))), end)
-    return min(end, thinking)
+    return next((j for j in range(last_user, i + 1) if messages[j].get("role") == "assistant"
+                 and (messages[j].get("thinking_blocks") or messages[j].get("reasoning_content"))), i + 1)
+
+
+def _last_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """What a reset at ``i`` hardens when the older part is not enough: everything up to ``i`` but the
+    last user message (the question), and still nothing from a checked thinking block on."""
+    end = i + 1
+    if messages[i].get("role") == "user":
+        end = i
+    return min(end, _thinking_end(messages, i))
 
 
 def _with_forms(message: dict[str, Any], replaced: list[tuple[forms.Piece, str]]) -> dict[str, Any]:

@@ -31,15 +31,19 @@ class Scan:
 
 
 def scan(sizes: list[int], constant: int, *, room: int, after: int, older_end: Callable[[int], int],
-         harder: Sizes, max_level: int, snapshot_at: int = -1) -> Scan:
+         last_end: Callable[[int], int], harder: Sizes, max_level: int, snapshot_at: int = -1) -> Scan:
     """Levels for every message (``sizes``: their tokens at level 0), within ``room`` if resets can
-    make it fit. ``older_end(i)``: the older part a reset at ``i`` may harden is ``[0, older_end(i))``."""
+    make it fit. ``older_end(i)``: the older part a reset at ``i`` hardens is ``[0, older_end(i))``;
+    when that is not enough, ``[0, last_end(i))`` (the newest turn too: a window that small leaves
+    no choice)."""
     current = list(sizes)
     result = Scan([0] * len(sizes), total=constant)
     for i, size in enumerate(sizes):
         result.total += size
         if result.total > room:
             _reset(result, current, i, older_end(i), after, harder, max_level)
+        if result.total > room:
+            _reset(result, current, i, last_end(i), room, harder, max_level)
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
@@ -69,4 +73,5 @@ def _reset(result: Scan, current: list[int], i: int, end: int, after: int, harde
     for j, level, size in zip(older[:count], levels, sizes, strict=False):
         result.levels[j], current[j] = level, size
     result.total -= saved
-    result.points.append(i)
+    if not result.points or result.points[-1] != i:
+        result.points.append(i)

@@ -14,7 +14,6 @@ from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import REPLY_TEXT, FakeUpstream
 
 from gateway.compress import conversation
-from gateway.compress.conversation import DROPPED
 from gateway.core.model_tokens import DEFAULT_MARGIN
 from mixpr.tokens import count_tokens
 
@@ -88,11 +87,13 @@ def test_conversation_keeps_roles_places_and_parts(client: openai.OpenAI, upstre
     [sent] = _chat_requests(upstream, "small")
     kept = sent["messages"]
     assert [m["role"] for m in kept] == [m["role"] for m in messages]
-    assert kept[0] == messages[0] and kept[4] == messages[4]
+    # A request with an earlier turn is its messages' forms (gateway.compress.history): the pasted
+    # text was cut for what it was pasted with, and the later question brings its own evidence.
+    assert kept[0] == messages[0] and kept[4]["content"].endswith(QUESTION)
     assert kept[1]["name"] == "reader" and kept[1]["content"][1] == image
     assert kept[2]["tool_calls"] == [call]
     assert kept[3]["tool_call_id"] == "call_9"
-    assert NEEDLE in kept[1]["content"][0]["text"]
+    assert NEEDLE in kept[1]["content"][0]["text"] + kept[4]["content"]
     assert len(json.dumps(kept)) < len(json.dumps(messages)) / 3
     assert sent["max_tokens"] == 200
 
@@ -203,8 +204,9 @@ def test_empty_pieces_get_a_placeholder(client: openai.OpenAI, upstream: FakeUps
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
     assert all(m["content"] for m in sent["messages"])  # never empty: providers reject that
     assert NEEDLE in sent["messages"][2]["content"]
-    # The assistant turn holds nothing the question needs: the model sees a marked gap in its place.
-    assert sent["messages"][1]["content"] == DROPPED
+    # A request with an earlier turn is its messages' forms (gateway.compress.history): a short
+    # message passes as it is; each long one is cut for what it asks, never to nothing.
+    assert sent["messages"][1]["content"] == "Noted."
     assert len(sent["messages"][0]["content"]) < len(messages[0]["content"]) // 10
 
 

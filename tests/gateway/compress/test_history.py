@@ -34,40 +34,72 @@ KEY = "sk-forms-test"
 FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100}
 SMALL_WINDOW = 5000  # a few steps fill it: the loop must reset
 TASK = "Fix the bug: the gateway forwards a compressed request whose tool results lost their calls."
-FILES = ["gateway/compress/conversation.py", "gateway/compress/compressor.py", "gateway/config.py",
-         "gateway/core/chat.py", "gateway/api/openai_responses.py", "gateway/metrics.py",
-         "gateway/run/workers.py", "gateway/api/anthropic_messages.py"]
+FILES = [
+    "gateway/compress/conversation.py",
+    "gateway/compress/compressor.py",
+    "gateway/config.py",
+    "gateway/core/chat.py",
+    "gateway/api/openai_responses.py",
+    "gateway/metrics.py",
+    "gateway/run/workers.py",
+    "gateway/api/anthropic_messages.py",
+]
 
 
 BUDGET = 1600  # tokens of conversation text; the document is ~11k, so every turn is compressed
 FACTS = [
-    ("The harbour master keeps the spare lighthouse key under the third blue flagstone.",
-     "Where does the harbour master keep the spare lighthouse key?"),
-    ("The miller's daughter married a clockmaker from Ostend in the spring of 1841.",
-     "Whom did the miller's daughter marry, and from which town was he?"),
-    ("The password for the parish archive cabinet is copper-heron-58.",
-     "What is the password for the parish archive cabinet?"),
-    ("The travelling surgeon charged nine shillings for setting a broken wrist.",
-     "How much did the travelling surgeon charge for setting a broken wrist?"),
+    (
+        "The harbour master keeps the spare lighthouse key under the third blue flagstone.",
+        "Where does the harbour master keep the spare lighthouse key?",
+    ),
+    (
+        "The miller's daughter married a clockmaker from Ostend in the spring of 1841.",
+        "Whom did the miller's daughter marry, and from which town was he?",
+    ),
+    (
+        "The password for the parish archive cabinet is copper-heron-58.",
+        "What is the password for the parish archive cabinet?",
+    ),
+    (
+        "The travelling surgeon charged nine shillings for setting a broken wrist.",
+        "How much did the travelling surgeon charge for setting a broken wrist?",
+    ),
 ]
 
 
 def _config(upstream_url: str) -> dict[str, Any]:
     def entry(name: str, window: int, upstream_model: str = "", **mixpr: Any) -> dict[str, Any]:
-        params = {"model": f"openai/{upstream_model or name}", "api_base": upstream_url, "api_key": "sk-upstream"}
+        params = {
+            "model": f"openai/{upstream_model or name}",
+            "api_base": upstream_url,
+            "api_key": "sk-upstream",
+        }
         forms = mixpr.pop("prefix", FORMS)
-        return {"model_name": name, "litellm_params": params, "model_info": {"max_input_tokens": window},
-                "mixpr": {"prefix": forms, **mixpr}}
+        return {
+            "model_name": name,
+            "litellm_params": params,
+            "model_info": {"max_input_tokens": window},
+            "mixpr": {"prefix": forms, **mixpr},
+        }
 
     document = {"compress_above_tokens": 2000, "budget_tokens": BUDGET}
     return {
-        "model_list": [entry("agent", 200_000), entry("agent-small", SMALL_WINDOW),
-                       entry("agent-off", 200_000, prefix={"enabled": False}),
-                       entry("conv", 100_000, prefix={}, **document),
-                       entry("conv-today", 100_000, prefix={"enabled": False}, **document),
-                       entry("conv-routed", 100_000, "mode-needle-conv", prefix={"evidence": 0.04},
-                             self_route={"enabled": True}, **document),
-                       entry("conv-breakpoint", 100_000, prefix={"breakpoint": True}, **document)],
+        "model_list": [
+            entry("agent", 200_000),
+            entry("agent-small", SMALL_WINDOW),
+            entry("agent-off", 200_000, prefix={"enabled": False}),
+            entry("conv", 100_000, prefix={}, **document),
+            entry("conv-today", 100_000, prefix={"enabled": False}, **document),
+            entry(
+                "conv-routed",
+                100_000,
+                "mode-needle-conv",
+                prefix={"evidence": 0.04},
+                self_route={"enabled": True},
+                **document,
+            ),
+            entry("conv-breakpoint", 100_000, prefix={"breakpoint": True}, **document),
+        ],
         "mixpr_settings": {"router": "heuristic", "token_margin": 0},
         "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread"},
     }
@@ -78,11 +110,27 @@ class GatewayProcess:
 
     def __init__(self, config: Path) -> None:
         self.port = closed_port()
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(self.port),
-             "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "--config",
+                str(config),
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     @property
     def url(self) -> str:
@@ -123,25 +171,41 @@ def _view(path: str) -> str:
     """A file view as an agent's editor shows it: numbered lines."""
     lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
     return f"Here's the result of running `cat -n` on {path}:\n" + "\n".join(
-        f"{i:6}\t{line}" for i, line in enumerate(lines, 1))
+        f"{i:6}\t{line}" for i, line in enumerate(lines, 1)
+    )
 
 
 def _call(number: int, path: str) -> dict[str, Any]:
     arguments = json.dumps({"command": "view", "path": path})
-    return {"id": f"call_{number}", "type": "function", "function": {"name": "editor", "arguments": arguments}}
+    return {
+        "id": f"call_{number}",
+        "type": "function",
+        "function": {"name": "editor", "arguments": arguments},
+    }
 
 
 def _chat_loop(steps: int, *, parallel: bool = False) -> list[list[dict[str, Any]]]:
     """The request of every step of an agent loop in chat format: a call (or two in parallel), results."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
-                                      {"role": "user", "content": TASK}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": TASK},
+    ]
     requests = []
     for step in range(steps):
-        paths = [FILES[(2 * step) % len(FILES)], FILES[(2 * step + 1) % len(FILES)]] if parallel else \
-            [FILES[step % len(FILES)]]
+        paths = (
+            [FILES[(2 * step) % len(FILES)], FILES[(2 * step + 1) % len(FILES)]]
+            if parallel
+            else [FILES[step % len(FILES)]]
+        )
         calls = [_call(10 * step + k, path) for k, path in enumerate(paths)]
-        messages = [*messages, {"role": "assistant", "content": f"Step {step}: reading the code.", "tool_calls": calls}]
-        messages += [{"role": "tool", "tool_call_id": c["id"], "content": _view(p)} for c, p in zip(calls, paths)]
+        messages = [
+            *messages,
+            {"role": "assistant", "content": f"Step {step}: reading the code.", "tool_calls": calls},
+        ]
+        messages += [
+            {"role": "tool", "tool_call_id": c["id"], "content": _view(p)}
+            for c, p in zip(calls, paths, strict=True)
+        ]
         requests.append(messages)
     return requests
 
@@ -150,8 +214,9 @@ def _client(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
-def _chat(url: str, upstream: FakeUpstream, messages: list[dict[str, Any]], model: str = "agent",
-          **extra: Any) -> tuple[Any, bytes, list[dict[str, Any]]]:
+def _chat(
+    url: str, upstream: FakeUpstream, messages: list[dict[str, Any]], model: str = "agent", **extra: Any
+) -> tuple[Any, bytes, list[dict[str, Any]]]:
     """One chat request: its headers, and the raw body and messages the upstream received."""
     upstream.clear()
     with _client(url) as client:
@@ -252,7 +317,8 @@ def test_a_change_of_max_tokens_is_reported_truthfully(gateways: list[str], upst
     headers, _, same = _chat(url, upstream, loop[3], model="agent-small", max_tokens=16)
     assert _starts_with(same, roomy) and headers["x-mixpr-reset"] == "false"
     reused = int(headers["x-mixpr-prefix-reused-tokens"])
-    headers, _, tight = _chat(url, upstream, loop[3], model="agent-small", max_tokens=3000)
+    tighter = SMALL_WINDOW - int(headers["x-mixpr-compressed-tokens"]) // 2 - 200  # room for about half
+    headers, _, tight = _chat(url, upstream, loop[3], model="agent-small", max_tokens=tighter)
     assert not _starts_with(tight, roomy)
     assert headers["x-mixpr-reset"] == "true" and headers["x-mixpr-prefix-basis"] == "remembered"
     assert int(headers["x-mixpr-prefix-reused-tokens"]) < reused
@@ -264,24 +330,38 @@ def _anthropic_loop(steps: int, *, error_at: int = -1, mark_at: int = -1) -> lis
     requests = []
     for step in range(steps):
         path = FILES[step % len(FILES)]
-        thinking = {"type": "thinking", "thinking": f"Step {step}: I should read {path}.", "signature": f"sig-{step}"}
+        thinking = {
+            "type": "thinking",
+            "thinking": f"Step {step}: I should read {path}.",
+            "signature": f"sig-{step}",
+        }
         call = {"type": "tool_use", "id": f"toolu_{step}", "name": "Read", "input": {"file_path": path}}
-        result: dict[str, Any] = {"type": "tool_result", "tool_use_id": f"toolu_{step}", "content": _view(path)}
+        result: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": f"toolu_{step}",
+            "content": _view(path),
+        }
         if step == error_at:
             result = {**result, "is_error": True, "content": "Error: " + _view(path)}
         if step == mark_at:
             result = {**result, "cache_control": {"type": "ephemeral"}}
-        messages = [*messages, {"role": "assistant", "content": [thinking, {"type": "text", "text": "Reading."}, call]},
-                    {"role": "user", "content": [result]}]
+        messages = [
+            *messages,
+            {"role": "assistant", "content": [thinking, {"type": "text", "text": "Reading."}, call]},
+            {"role": "user", "content": [result]},
+        ]
         requests.append(messages)
     return requests
 
 
-def _messages(url: str, upstream: FakeUpstream, blocks: list[dict[str, Any]]) -> tuple[Any, list[dict[str, Any]]]:
+def _messages(
+    url: str, upstream: FakeUpstream, blocks: list[dict[str, Any]]
+) -> tuple[Any, list[dict[str, Any]]]:
     upstream.clear()
     with anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=120) as claude:
-        raw = claude.messages.with_raw_response.create(model="agent", max_tokens=256, system="You are Claude Code.",
-                                                        messages=blocks)
+        raw = claude.messages.with_raw_response.create(
+            model="agent", max_tokens=256, system="You are Claude Code.", messages=blocks
+        )
     assert raw.parse().content[0].text == REPLY_TEXT
     [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
     return raw.headers, seen.json["messages"]
@@ -310,7 +390,9 @@ def test_is_error_results_pass_whole(gateways: list[str], upstream: FakeUpstream
     assert len(results[2]["content"]) < len(_view(FILES[2])) / 2  # its neighbour is cut
 
 
-def test_cache_control_on_a_tool_result_reaches_the_upstream(gateways: list[str], upstream: FakeUpstream) -> None:
+def test_cache_control_on_a_tool_result_reaches_the_upstream(
+    gateways: list[str], upstream: FakeUpstream
+) -> None:
     loop = _anthropic_loop(3, mark_at=1)
     _, seen = _messages(gateways[0], upstream, loop[-1])
     marked = [m for m in seen if "cache_control" in json.dumps(m)]
@@ -326,9 +408,16 @@ def _responses_loop(steps: int) -> list[list[dict[str, Any]]]:
     requests = []
     for step in range(steps):
         path = FILES[step % len(FILES)]
-        items = [*items, {"type": "function_call", "call_id": f"fc_{step}", "name": "shell",
-                          "arguments": json.dumps({"command": ["cat", "-n", path]})},
-                 {"type": "function_call_output", "call_id": f"fc_{step}", "output": _view(path)}]
+        items = [
+            *items,
+            {
+                "type": "function_call",
+                "call_id": f"fc_{step}",
+                "name": "shell",
+                "arguments": json.dumps({"command": ["cat", "-n", path]}),
+            },
+            {"type": "function_call_output", "call_id": f"fc_{step}", "output": _view(path)},
+        ]
         requests.append(items)
     return requests
 
@@ -338,8 +427,9 @@ def test_codex_loop_over_responses_only_appends(gateways: list[str], upstream: F
     for items in _responses_loop(4):
         upstream.clear()
         with _client(gateways[0]) as client:
-            raw = client.responses.with_raw_response.create(model="agent", instructions="You are Codex.",
-                                                            input=items, store=False)
+            raw = client.responses.with_raw_response.create(
+                model="agent", instructions="You are Codex.", input=items, store=False
+            )
         assert raw.parse().output_text == REPLY_TEXT
         [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
         messages = seen.json["messages"]
@@ -434,8 +524,9 @@ def test_self_route_first_asks_the_same_prefix_with_more_evidence(
             client.chat.completions.create(model="conv-routed", messages=messages, extra_body={"needle": "-"})
         upstream.clear()
         before = _prefix_turns(url, "conv-routed")
-        raw = client.chat.completions.with_raw_response.create(model="conv-routed", messages=turns[2],
-                                                               extra_body={"needle": fact})
+        raw = client.chat.completions.with_raw_response.create(
+            model="conv-routed", messages=turns[2], extra_body={"needle": fact}
+        )
     assert _prefix_turns(url, "conv-routed") == before + 1  # one request, counted once despite the retry
     assert raw.parse().choices[0].message.content == fact
     assert raw.headers["x-mixpr-self-route"] == "evidence"
@@ -444,7 +535,9 @@ def test_self_route_first_asks_the_same_prefix_with_more_evidence(
     assert first[:-1] == second[:-1]  # the same prefix; only the new question's evidence grew
 
 
-def test_breakpoint_marks_the_end_of_the_previous_request(gateways: list[str], upstream: FakeUpstream) -> None:
+def test_breakpoint_marks_the_end_of_the_previous_request(
+    gateways: list[str], upstream: FakeUpstream
+) -> None:
     """``prefix.breakpoint``: for providers that cache only at explicit breakpoints, the last message
     of the previous request (what this one repeats) carries one ``cache_control``, nothing else does."""
     turns = _turns(4, _document(seed=17))
@@ -476,6 +569,7 @@ def test_cached_tokens_reach_the_client_and_the_metrics(
     client: openai.OpenAI, http: httpx.Client, stream: bool
 ) -> None:
     """The upstream's prompt-cache usage goes back to the client as sent, and into /metrics."""
+
     def cached_total() -> float:
         for line in http.get("/metrics").text.splitlines():
             if line.startswith('mixpr_upstream_cached_tokens_total{kind="read",model="cached"}'):
@@ -485,8 +579,11 @@ def test_cached_tokens_reach_the_client_and_the_metrics(
     before = cached_total()
     hello = [{"role": "user", "content": "hello"}]
     if stream:
-        chunks = list(client.chat.completions.create(model="cached", messages=hello, stream=True,
-                                                     stream_options={"include_usage": True}))
+        chunks = list(
+            client.chat.completions.create(
+                model="cached", messages=hello, stream=True, stream_options={"include_usage": True}
+            )
+        )
         usage = chunks[-1].usage
     else:
         usage = client.chat.completions.create(model="cached", messages=hello).usage
@@ -496,7 +593,8 @@ def test_cached_tokens_reach_the_client_and_the_metrics(
 
 def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
     with anthropic.Anthropic(base_url=gateway_url, api_key=MASTER_KEY, max_retries=0, timeout=30) as claude:
-        message = claude.messages.create(model="cached", max_tokens=16,
-                                         messages=[{"role": "user", "content": "hi"}])
+        message = claude.messages.create(
+            model="cached", max_tokens=16, messages=[{"role": "user", "content": "hi"}]
+        )
     assert message.usage.cache_read_input_tokens == CACHED_TOKENS
     assert message.usage.input_tokens == 10 - CACHED_TOKENS
