@@ -150,14 +150,17 @@ def _path(arguments: Any) -> str | None:
 
 def budget(piece: Piece, tokens: int, level: int, settings: Prefix, cap: int) -> int | None:
     """Tokens ``piece`` (of ``tokens``) keeps at ``level``; None: sent as it is; 0: a placeholder.
-    ``cap``: the most a first-sight form may keep (a share of the room: a small window)."""
+    ``cap``: the most a first-sight form may keep (a share of the room: a small window). A user
+    message (a task, instructions, a pasted document) is cut at first sight only over ``cap``: what
+    the user wrote is read whole while it fits."""
     first = tokens
-    if piece.first_sight and tokens > min(settings.min_tokens, cap):
+    above = cap if piece.question else min(settings.min_tokens, cap)
+    if piece.first_sight and tokens > above:
         first = min(tokens, cap, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
     if level == 0:
         return first if first < tokens else None
-    if tokens <= settings.reset_min_tokens:
-        return None
+    if tokens <= (cap if piece.question else settings.reset_min_tokens):
+        return None  # what the user wrote stays whole in resets too, while it fits
     if settings.reset == "drop" and piece.role == "tool":
         return 0
     harder = int(min(first, settings.keep_tokens) * settings.reset_shrink ** level)
