@@ -11,7 +11,7 @@ gateway over HTTP to the tests' recording upstream; three policies:
 
 * no gateway: the client's messages as they are, to a model whose window holds them;
 * today: the gateway compressing each turn for its newest question (``prefix.enabled: false``);
-* prefix: the gateway keeping each turn's bytes (``gateway.compress.prefix``).
+* prefix: the gateway sending each message's form once, then appending (``gateway.compress.history``).
 
 Two settings: cost mode (trigger 16k, budget 8k, 1M window) and window mode (32k window, defaults).
 Provider caching is simulated on what the upstream received, in cl100k tokens of the messages laid out
@@ -129,7 +129,9 @@ def _with_questions(name: str, history: list[dict[str, Any]], picked: list[tuple
 
 
 def config(upstream: str, headroom: float | None, evidence: float | None) -> dict[str, Any]:
-    prefix = {k: v for k, v in (("headroom", headroom), ("evidence", evidence)) if v is not None}
+    # --headroom: the share of the room left free after a reset (prefix.reset_fill = 1 - headroom).
+    fill = None if headroom is None else 1 - headroom
+    prefix = {k: v for k, v in (("reset_fill", fill), ("evidence", evidence)) if v is not None}
     models = []
     for mode, settings in MODES.items():
         for policy in ("today", "prefix"):
@@ -305,7 +307,8 @@ def sweep(headrooms: list[float], evidences: list[float]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--headroom", type=float, default=None, help="prefix.headroom (default: the default)")
+    parser.add_argument("--headroom", type=float, default=None,
+                        help="room left after a reset: reset_fill = 1 - this")
     parser.add_argument("--evidence", type=float, default=None, help="prefix.evidence (default: the default)")
     parser.add_argument("--conversations", default="contracts,locomo")
     parser.add_argument("--modes", default="cost,window")

@@ -163,7 +163,7 @@ def budget(piece: Piece, tokens: int, level: int, settings: Prefix, cap: int) ->
         return None  # what the user wrote stays whole in resets too, while it fits
     if settings.reset == "drop" and piece.role == "tool":
         return 0
-    harder = int(min(first, settings.keep_tokens) * settings.reset_shrink ** level)
+    harder = int(first * settings.reset_shrink ** level)
     return harder if harder >= PLACEHOLDER_MIN_TOKENS else 0
 
 

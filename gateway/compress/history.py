@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -103,6 +104,7 @@ class History:
             log.debug("traceback", exc_info=exc)
             return await self.today(request)
         finally:
+            bridge.closed = True  # a build still running (its client left) submits nothing more
             ticket.release()
         outcome = replace(outcome, compress_ms=(time.perf_counter() - started) * 1000)
         if request.more_evidence == 1.0 and self.metrics is not None:
@@ -357,9 +359,12 @@ class _Bridge:
         self.loop = loop
         self.ticket = ticket
         self.workers = workers
+        self.closed = False
 
     def map(self, job: Any, jobs: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
         """``job(*args)`` for every args of ``jobs``, in one batch per worker."""
+        if self.closed:
+            raise RuntimeError("the request this build was for has ended")
         size = max(1, self.workers)
         batches = [jobs[i::size] for i in range(min(size, len(jobs)))]
 
@@ -386,11 +391,17 @@ class _Sent:
         self.max_bytes = max_bytes
         self.used = 0
         self._sent: OrderedDict[str, list[str]] = OrderedDict()
+        self._lock = threading.Lock()  # builds of several requests run in threads at once
 
     def get(self, name: str) -> list[str] | None:
-        return self._sent.get(name)
+        with self._lock:
+            return self._sent.get(name)
 
     def put(self, name: str, digests: list[str]) -> None:
+        with self._lock:
+            self._put(name, digests)
+
+    def _put(self, name: str, digests: list[str]) -> None:
         if name in self._sent:
             self.used -= 48 * len(self._sent.pop(name))
         self._sent[name] = digests
