@@ -222,7 +222,9 @@ class History:
 
     def _evidence(self, plan: _Plan, bridge: _Bridge, room: int) -> None:
         """Evidence blocks for follow-up questions: each user message after the first, from the
-        texts earlier forms cut (``gateway.compress.evidence``)."""
+        earlier user messages (pasted documents) their first-sight forms cut
+        (``gateway.compress.evidence``). Tool results are not searched: an agent reads again what it
+        needs, and a framework's own user messages ("use the tool format") ask nothing of them."""
         settings, model = plan.request.settings.prefix, plan.request.target.model
         last = len(plan.request.messages) - 1
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
@@ -230,12 +232,13 @@ class History:
         for number, piece in enumerate(plan.pieces):
             if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
-            cut = [q for q in range(number)
-                   if (q, 0) in plan.forms and plan.pieces[q].message < piece.message]
+            cut = [q for q in range(number) if (q, 0) in plan.forms and plan.pieces[q].question
+                   and plan.pieces[q].message < piece.message]
             if not cut:
                 continue
             more = plan.request.more_evidence if piece.message == last else 1.0
-            cap = max(1, int(room * settings.evidence * more))
+            # A share of the room, and never more than that share of the most a model reads well.
+            cap = max(1, int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence * more))
             question = forms.split_question(piece.text)[1] or piece.text
             texts = [plan.pieces[q].text for q in cut]
             name = "e" + forms.key(piece, cap, plan.salt + "\x00".join(texts))
