@@ -61,7 +61,7 @@ class Prefix(_Strict):
     reset: Literal["harden", "drop"] = "harden"
     reset_shrink: float = Field(0.5, gt=0, lt=1)
     # After a reset in window mode the forms fill at most this share of the room (cost mode: the budget).
-    reset_fill: float = Field(0.6, gt=0, le=1)
+    reset_fill: float = Field(0.4, gt=0, le=1)
     # Texts under this many tokens are never compressed, even in resets.
     reset_min_tokens: int = Field(200, ge=1)
     # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.

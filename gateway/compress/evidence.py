@@ -22,7 +22,7 @@ OPEN = "<earlier_context note=\"passages from earlier in this conversation, not 
 CLOSE = "</earlier_context>"
 GAP = "\n[…]\n"  # between passages that were not next to each other
 SEPARATOR = "\n\n"
-KEEP_SHARE = 0.35
+KEEP_SHARE = 0.1
 _WORD = re.compile(r"[^\W_]{3,}")
 
 

@@ -207,12 +207,15 @@ def _compressed(text: str, asked: int, query: str, source: str | None, model: st
 
 
 def _with_question(text: str, asked: int, model: str | None) -> str:
-    """A user message: the body compressed for its question, the question (last paragraph) kept."""
+    """A user message (a pasted document and its question): MixPR's sentence-level retrieval, as a
+    single question is compressed, with the question (its last paragraph) as the query and always
+    kept. The heuristic router: an LLM's answer could differ between instances."""
     body, question = split_question(text)
     if not body:
         return text
-    room = max(1, asked - count_tokens(question, model))
-    return f"{_compressed(body, room, question, None, model)}\n\n{question}"
+    joined = f"{body}\n\n{question}"
+    return mixpr.compress(joined, budget_tokens=max(1, asked), route="heuristic", model=model,
+                          query_span=(len(joined) - len(question), len(joined))).text
 
 
 def split_question(text: str) -> tuple[str, str]:

@@ -41,6 +41,7 @@ ORIGINAL = -1  # the level of no form at all: the client's own text
 MAX_LEVEL = 6  # resets a message can go through; at the last one it is a placeholder
 BREAKPOINT = {"type": "ephemeral"}
 MAX_BREAKPOINTS = 4  # Anthropic's limit per request
+CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
 REMEMBERED_BYTES = 8 * 1024 * 1024  # what this instance sent per conversation, for honest reports
 
 
@@ -152,7 +153,7 @@ class History:
         if request.tools:
             constant += self._count(json.dumps(request.tools), model)
         salt = json.dumps([request.settings.prefix.model_dump(mode="json"), model])
-        cap = max(1, request.target.counted(_room(request)[1]) // 2)
+        cap = max(1, request.target.counted(_room(request)[1]) // CAP_SHARE)
         return _Plan(request, found, tokens, by_message, rest, constant, salt, cap)
 
     def _count(self, text: str, model: str) -> int:
