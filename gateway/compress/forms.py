@@ -38,6 +38,9 @@ ERROR_START = re.compile(r"\A\s*(?:error\b|exception\b|traceback \(most recent c
                          r"\S+: (?:command not found|no such file or directory))", re.IGNORECASE)
 ERROR_MAX_CHARS = 20_000  # a longer output that starts with "Error" is a log like any other
 PLACEHOLDER_MIN_TOKENS = 48  # a harder budget below this: the placeholder says more per token
+# The last level: every text over PLACEHOLDER_MIN_TOKENS is a placeholder (a long chat of short
+# lines still fits a cost budget).
+TOP_LEVEL = 6
 ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as written
 
 
@@ -159,6 +162,8 @@ def budget(piece: Piece, tokens: int, level: int, settings: Prefix, cap: int) ->
         first = min(tokens, cap, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
     if level == 0:
         return first if first < tokens else None
+    if level >= TOP_LEVEL:
+        return 0 if tokens > PLACEHOLDER_MIN_TOKENS else None
     if tokens <= (cap if piece.question else settings.reset_min_tokens):
         return None  # what the user wrote stays whole in resets too, while it fits
     if settings.reset == "drop" and piece.role == "tool":

@@ -38,7 +38,7 @@ from mixpr.tokens import count_tokens
 log = logging.getLogger("gateway.compress.history")
 
 ORIGINAL = -1  # the level of no form at all: the client's own text
-MAX_LEVEL = 6  # resets a message can go through; at the last one it is a placeholder
+MAX_LEVEL = forms.TOP_LEVEL  # resets a message can go through; at the last one it is a placeholder
 BREAKPOINT = {"type": "ephemeral"}
 MAX_BREAKPOINTS = 4  # Anthropic's limit per request
 CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
