@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +37,9 @@ class ChatCall:
     params: dict[str, Any] = field(default_factory=dict)  # every other OpenAI chat parameter
     control: Control = Control()
     stream: bool = False
+    # How the messages prepared for the upstream become the ones sent, when ``messages`` is a view
+    # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
+    wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)
@@ -220,7 +223,8 @@ class ChatService:
 
     async def _forward(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> ChatReply:
         timeout = self.config.general_settings.request_timeout_s
-        kwargs = upstream.build_call(entry, call.params, outcome.messages, timeout=timeout)
+        messages = call.wire(outcome.messages) if call.wire is not None else outcome.messages
+        kwargs = upstream.build_call(entry, call.params, messages, timeout=timeout)
         headers = report_headers(outcome)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
