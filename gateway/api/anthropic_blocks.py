@@ -7,7 +7,8 @@ A Messages request is never rebuilt from a lossy translation. Three pure functio
   or content blocks, a ``search_result``'s texts) becomes a text part tagged with where it came from
   (``SOURCE``); everything else is counted but never compressed: system prompts and mid-conversation
   ``system`` messages, tool calls, thinking (as the message's ``name``, the one field the counter
-  reads verbatim), images and binary documents (as media parts at a fixed cost).
+  reads verbatim), the text of a failed tool call (``is_error``: short, and what tells the model
+  the call failed; also as ``name``), images and binary documents (as media parts at a fixed cost).
 * :func:`write_back`: the client's own request with each tagged text replaced by what compression
   kept, and the text parts the gateway added (evidence, the Self-Route instruction) inserted as text
   blocks. Every other block, field and flag (``is_error``, ``citations``, ``cache_control``,
@@ -63,8 +64,7 @@ def _view_message(i: int, message: dict[str, Any]) -> list[dict[str, Any]]:
         where: Path = ("messages", i, "content", j)
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "tool_result":
-            tools.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")),
-                          "content": _view_inner(block.get("content"), (*where, "content")), ORIGIN: [i, j]})
+            tools.append(_view_tool_result(block, where, [i, j]))
         elif kind == "tool_use":
             calls.append(_tool_call(block))
         elif kind in ("thinking", "redacted_thinking"):
@@ -78,6 +78,16 @@ def _view_message(i: int, message: dict[str, Any]) -> list[dict[str, Any]]:
         shown["name"] = "\n".join(thinking)
     # Tool results first: the order an OpenAI chat needs after the assistant's tool calls.
     return [*tools, shown] if parts or calls or thinking or not tools else tools
+
+
+def _view_tool_result(block: dict[str, Any], where: Path, origin: list[int]) -> dict[str, Any]:
+    inner = _view_inner(block.get("content"), (*where, "content"))
+    shown = {"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": inner,
+             ORIGIN: origin}
+    if block.get("is_error"):  # what tells the model its call failed: counted, never cut
+        shown["content"] = [p for p in inner if SOURCE not in p]
+        shown["name"] = "\n".join(p["text"] for p in inner if SOURCE in p)
+    return shown
 
 
 def _view_inner(content: Any, where: Path) -> list[dict[str, Any]]:
@@ -230,11 +240,18 @@ def to_openai(body: dict[str, Any], *, mid_system: bool = False) -> list[dict[st
             continue
         out += _openai_message(i, message, dropped)
     if later:
-        merged = "\n\n".join([system, *later]) if system else "\n\n".join(later)
-        out = [{"role": "system", "content": merged}, *(out[1:] if head else out)]
+        out = [_merged(head, later), *(out[1:] if head else out)]
     if dropped:
         log.info("anthropic fields without an OpenAI chat form dropped: %s", ", ".join(sorted(dropped)))
     return out
+
+
+def _merged(head: dict[str, Any] | None, later: list[str]) -> dict[str, Any]:
+    """The leading system message with the later ones' texts after its own (its parts kept)."""
+    content = head["content"] if head else ""
+    if isinstance(content, list):
+        return {"role": "system", "content": [*content, *({"type": "text", "text": t} for t in later)]}
+    return {"role": "system", "content": "\n\n".join([content, *later] if content else later)}
 
 
 def _system_message(system: Any, text: str) -> dict[str, Any] | None:

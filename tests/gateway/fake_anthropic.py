@@ -99,7 +99,8 @@ class FakeAnthropic:
 
     def loop_requests(self) -> list[Seen]:
         """The agent loop's requests (those with tools), in order."""
-        return [r for r in self.requests if r.path.split("?")[0].endswith("/v1/messages") and r.json.get("tools")]
+        return [r for r in self.requests
+                if r.path.split("?")[0].endswith("/v1/messages") and r.json.get("tools")]
 
     def answer(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         if not body.get("tools"):
@@ -147,7 +148,8 @@ def _events(message: dict[str, Any]) -> list[dict[str, Any]]:
             events.append({"type": "content_block_delta", "index": index,
                            "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}})
         events.append({"type": "content_block_stop", "index": index})
-    events.append({"type": "message_delta", "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    events.append({"type": "message_delta", "delta": delta,
                    "usage": {"output_tokens": message["usage"]["output_tokens"]}})
     events.append({"type": "message_stop"})
     return events
