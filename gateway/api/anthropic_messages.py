@@ -36,7 +36,7 @@ from gateway.core.chat import ChatCall, report_headers
 from gateway.edge.remote_files import ANTHROPIC, refuse_urls
 from gateway.errors import BadRequest, GatewayError
 from gateway.run import offload
-from gateway.upstream import relay
+from gateway.upstream import forward, relay
 
 log = logging.getLogger("gateway.api.anthropic_messages")
 
@@ -65,6 +65,8 @@ async def messages(request: Request) -> Response:
     entry = gateway.chat.entry(body["model"])
     if relay.is_anthropic(entry):
         return await _relayed(gateway, call, body, entry, request)
+    if forward.downloads_image_urls(entry.upstream_model):
+        refuse_urls(body["messages"], ANTHROPIC, images=True)
     mid_system = _takes_mid_system(entry.upstream_model)
     # Refused before any compression when a block has no OpenAI form (an unknown type).
     await offload.inline_or_run(offload.is_big(body), blocks.to_openai, body, mid_system=mid_system)

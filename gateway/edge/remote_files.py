@@ -11,8 +11,10 @@ Parts nested inside other parts are walked too: an Anthropic ``tool_result`` (an
 and content ``document`` blocks inside it), a Responses ``function_call_output`` list. There an image
 URL is refused as well: an image cannot stay inside a tool message on the way to a chat upstream, so
 it is moved to a part that LiteLLM's Anthropic, Gemini and Bedrock transforms download on the event
-loop. A top-level image URL is not a file part: it goes to the provider as it is, and the gateway
-counts each image as a fixed 765 tokens (``gateway.compress.conversation``) rather than fetching it.
+loop. A top-level image URL goes to the provider as it is (the gateway counts each image as a fixed
+765 tokens, ``gateway.compress.conversation``, rather than fetching it to measure it), except to a
+provider whose LiteLLM transform downloads it itself (``gateway.upstream.forward.downloads_image_urls``:
+Anthropic through the chat and Responses APIs, Bedrock, Vertex AI / Gemini, Ollama): refused there too.
 """
 
 from __future__ import annotations
@@ -75,24 +77,25 @@ def image_url_field(part: Any) -> str | None:
     return None
 
 
-def refuse_urls(items: Sequence[Any], where: str) -> None:
+def refuse_urls(items: Sequence[Any], where: str, *, images: bool = False) -> None:
     """Raise a 400 for the first part of ``items`` (messages or input items) that points at a file
     URL, at any depth, or at an image URL inside another part (a tool result, a function output, a
-    document); ``where`` formats an item's position in the API's own terms."""
+    document), or anywhere when ``images`` (the upstream's LiteLLM path downloads image URLs);
+    ``where`` formats an item's position in the API's own terms."""
     dotted = where == ANTHROPIC
     for i, item in enumerate(items):
         for key, parts in _nested(item):
-            _refuse_in(parts, f"{where.format(i=i)}.{key}", dotted, nested=False)
+            _refuse_in(parts, f"{where.format(i=i)}.{key}", dotted, images=images)
 
 
-def _refuse_in(parts: list[Any], at: str, dotted: bool, *, nested: bool) -> None:
+def _refuse_in(parts: list[Any], at: str, dotted: bool, *, images: bool) -> None:
     for k, part in enumerate(parts):
         here = f"{at}.{k}" if dotted else f"{at}[{k}]"
-        field = url_field(part) or (image_url_field(part) if nested else None)
+        field = url_field(part) or (image_url_field(part) if images else None)
         if field is not None:
             raise refused(f"{here}.{field}")
         for key, inner in _nested(part):
-            _refuse_in(inner, f"{here}.{key}", dotted, nested=True)
+            _refuse_in(inner, f"{here}.{key}", dotted, images=True)
 
 
 def _nested(node: Any) -> list[tuple[str, list[Any]]]:

@@ -197,3 +197,32 @@ def test_a_responses_function_output_with_a_file_url_is_refused(gw, upstream, fi
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == "input[1].output[0].file_url"
     assert files.hits == [] and upstream.received() == []
+
+
+def test_an_image_url_is_refused_where_litellm_would_download_it(gw, upstream, files):
+    """LiteLLM's Anthropic transform downloads an http image for a chat request: refused, unfetched."""
+    upstream.clear()
+    body = {**chat_with({"type": "image_url", "image_url": {"url": files.url("img.png")}}), "model": "claude"}
+    response = post(gw, "/v1/chat/completions", body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "messages[0].content[1].image_url.url"
+    content = [{"type": "input_text", "text": "Describe it."},
+               {"type": "input_image", "image_url": files.url("img.png")}]
+    body = {"model": "claude", "store": False, "input": [{"role": "user", "content": content}]}
+    response = post(gw, "/v1/responses", body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "input[0].content[1].image_url"
+    assert files.hits == [] and upstream.received() == []
+
+
+def test_an_anthropic_image_url_reaches_an_anthropic_model_as_sent(gw, upstream, files):
+    """On /v1/messages an Anthropic model gets the request as sent: Anthropic fetches, the gateway never."""
+    upstream.clear()
+    image = {"type": "image", "source": {"type": "url", "url": files.url("img.png")}}
+    body = {"model": "claude", "max_tokens": 8,
+            "messages": [{"role": "user", "content": [image, {"type": "text", "text": "Describe it."}]}]}
+    response = post(gw, "/v1/messages", body)
+    assert response.status_code == 200, response.text
+    (sent,) = upstream.received()
+    assert sent.path == "/v1/messages" and sent.json["messages"] == body["messages"]
+    assert files.hits == []
