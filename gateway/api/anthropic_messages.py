@@ -129,6 +129,8 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
     media = reply.headers.get("content-type") or reply.headers.get("Content-Type")
     if reply.stream is not None:
         return event_stream(reply.stream, headers)
+    if reply.status < 400:
+        gateway.metrics.record_usage(entry.model_name, relay.usage(reply.content))
     return Response(reply.content, status_code=reply.status, media_type=media or "application/json",
                     headers=headers)
 

@@ -21,6 +21,7 @@ import litellm
 
 from gateway.config import ModelEntry
 from gateway.errors import UpstreamError
+from gateway.run import offload
 
 DEFAULT_BASE = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -70,7 +71,7 @@ async def send(entry: ModelEntry, body: dict[str, Any], client: Mapping[str, str
                timeout: float) -> Relayed:
     """POST ``body`` to ``entry``'s Messages endpoint. A streamed answer is handed back open (read
     ``stream`` to the end, or close it); an error status comes back with the upstream's body."""
-    data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    data = await offload.inline_or_run(offload.is_big(body), _encoded, body)
     http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
     try:
         request = http.build_request("POST", url(entry, query), content=data, headers=headers(entry, client))
@@ -92,6 +93,19 @@ async def send(entry: ModelEntry, body: dict[str, Any], client: Mapping[str, str
             await http.aclose()
         return Relayed(response.status_code, passed, content=content)
     return Relayed(response.status_code, passed, stream=_bytes(response, http))
+
+
+def _encoded(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def usage(content: bytes) -> dict[str, Any] | None:
+    """The ``usage`` of a non-streamed Messages answer, for the metrics; None if it has none."""
+    try:
+        found = json.loads(content).get("usage")
+    except (ValueError, AttributeError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 async def _bytes(response: httpx.Response, http: httpx.AsyncClient) -> AsyncIterator[bytes]:
