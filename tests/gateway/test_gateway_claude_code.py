@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,39 +23,21 @@ import pytest
 from conftest import UPSTREAM_KEY, ServerThread
 from corpus import filler
 from fake_anthropic import FINAL_TEXT, READ_ID, FakeAnthropic
+from npm_clis import installed
 
 from gateway import create_app
 from gateway.config import parse_config
 
 VERSION = "2.1.331"
-PACKAGE = "@anthropic-ai/claude-code"
-HOME = Path(__file__).resolve().parents[2] / ".venv" / "claude-code"
 FILES = 15
 WINDOW = 32_768
 TASK = "Read each of the files the project holds and report the code written at the top of each."
 
 
-def _installed() -> Path:
-    """The ``claude`` executable: ``CLAUDE_CODE_BIN``, else npm's, installed here once."""
-    given = os.environ.get("CLAUDE_CODE_BIN")
-    if given:
-        return Path(given)
-    if not (shutil.which("node") and shutil.which("npm")):
-        pytest.skip("node/npm not found: Claude Code cannot be installed (set CLAUDE_CODE_BIN to use one)")
-    package = HOME / "node_modules" / PACKAGE
-    binary = HOME / "node_modules" / ".bin" / "claude"
-    if not (package / "package.json").exists() or json.loads((package / "package.json").read_text())[
-            "version"] != VERSION:
-        npm = ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(HOME), f"{PACKAGE}@{VERSION}"]
-        subprocess.run(npm, check=True, capture_output=True, timeout=600)
-    if binary.resolve().stat().st_size < 1_000_000:  # npm did not run the install script: run it
-        subprocess.run(["node", str(package / "install.cjs")], check=True, capture_output=True, timeout=120)
-    return binary
-
-
 @pytest.fixture(scope="module")
 def claude() -> Path:
-    return _installed()
+    return installed("@anthropic-ai/claude-code", VERSION, "claude", env="CLAUDE_CODE_BIN",
+                     home="claude-code")
 
 
 @pytest.fixture
