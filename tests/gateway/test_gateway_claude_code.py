@@ -1,9 +1,10 @@
-"""The real Claude Code CLI through the gateway (issue 25, item 0), all over real processes and HTTP.
+"""The real Claude Code CLI through the gateway (issue 25, item 0): the CLI a real process, the
+gateway and the upstream on 127.0.0.1, over real HTTP.
 
 Claude Code (``-p``, the npm package, pinned) reads 15 files, one ``Read`` call per turn, as a
 scripted Anthropic upstream (``fake_anthropic``) asks, on a model with a 32k-token window: the files
 hold more than the window, so the gateway must compress as the history overflows, and the loop
-must still complete with the task, every tool call and the newest result reaching the last step.
+must still complete with the task and every tool call and its result reaching the last step.
 
 The CLI comes from ``CLAUDE_CODE_BIN`` when set, else it is installed once with npm into
 ``.venv/claude-code`` (its native binary is put in place by the package's own install script). The
