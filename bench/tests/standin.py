@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-
 from pydoc_data.topics import topics
 
 from bench.data import BABI_FILES
