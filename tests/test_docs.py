@@ -22,7 +22,7 @@ import pytest
 from pydantic import BaseModel
 
 from gateway.__main__ import parse_args
-from gateway.config import GatewayConfig, MixprOverrides, MixprSettings
+from gateway.config import GatewayConfig, MixprOverrides, MixprSettings, parse_config
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 # Per-model overrides mirror mixpr_settings key for key (checked below), so the page documents each
@@ -132,3 +132,16 @@ def test_the_readme_stays_a_page_and_its_links_resolve() -> None:
     assert targets
     missing = sorted(t for t in targets if not (root / t).exists())
     assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_every_endpoint_is_on_the_apis_page() -> None:
+    from gateway.app import create_app  # imports LiteLLM: only this test pays for it
+
+    config = parse_config({"model_list": [{"model_name": "m", "litellm_params": {"model": "openai/m"}}]})
+    app = create_app(config)
+    endpoints = {f"{method.upper()} {path}" for path, operations in app.openapi()["paths"].items()
+                 for method in operations}
+    assert "POST /v1/chat/completions" in endpoints and "POST /v1/messages" in endpoints
+    apis = (PAGE.parent / "apis.md").read_text(encoding="utf-8")
+    missing = sorted(e for e in endpoints if f"`{e}`" not in apis)
+    assert not missing, f"endpoints missing from docs/apis.md: {missing}"
