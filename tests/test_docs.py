@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from gateway.__main__ import parse_args
 from gateway.config import GatewayConfig, MixprOverrides, MixprSettings, parse_config
+from gateway.local import managed
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 # Per-model overrides mirror mixpr_settings key for key (checked below), so the page documents each
@@ -101,6 +102,13 @@ def test_the_page_names_no_setting_that_does_not_exist() -> None:
     stale = {key for key in table_keys(page()) if key not in known
              and not key.startswith("model_list[].managed_server.")}
     assert not stale, f"docs/configuration.md documents settings the config model lacks: {sorted(stale)}"
+
+
+def test_the_managed_server_keys_are_on_the_configuration_page() -> None:
+    # managed_server is a free-form block (any other key is an llama.cpp option); these are the gateway's.
+    rows = {key.rpartition(".")[2] for key in table_keys(page())
+            if key.startswith("model_list[].managed_server.")}
+    assert rows == set(managed._OWN_KEYS)
 
 
 def _shape(model: type[BaseModel]) -> dict[str, object]:
