@@ -37,7 +37,6 @@ import re
 import shutil
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -128,7 +127,8 @@ class Trajectory:
     def steps(self) -> list[int]:
         """Every assistant message index that follows a tool or user message: one request each."""
         ms = self.messages
-        return [k for k in range(1, len(ms)) if ms[k]["role"] == "assistant" and ms[k - 1]["role"] in ("tool", "user")]
+        return [k for k in range(1, len(ms))
+                if ms[k]["role"] == "assistant" and ms[k - 1]["role"] in ("tool", "user")]
 
 
 def trajectories(path: Path | None = None) -> list[Trajectory]:
@@ -138,8 +138,8 @@ def trajectories(path: Path | None = None) -> list[Trajectory]:
         if line.strip():
             row = json.loads(line)
             evidence = {s["msg_index"]: s["evidence"] for s in row["steps"]}
-            out.append(Trajectory(row["id"], row["framework"].split()[0], row["messages"], row.get("tools") or [],
-                                  evidence))
+            out.append(Trajectory(row["id"], row["framework"].split()[0], row["messages"],
+                                  row.get("tools") or [], evidence))
     return out
 
 
@@ -155,7 +155,8 @@ def quick(runs: list[Trajectory]) -> list[Trajectory]:
 # -- client-side baselines --------------------------------------------------------------------
 
 
-def head_tail(messages: list[Message], above: int = HEAD_TAIL_ABOVE, keep: int = HEAD_TAIL_KEEP) -> list[Message]:
+def head_tail(messages: list[Message], above: int = HEAD_TAIL_ABOVE,
+              keep: int = HEAD_TAIL_KEEP) -> list[Message]:
     """Each tool output over ``above`` chars keeps its first and last ``keep`` (cut once, when it arrives)."""
     out = []
     for m in messages:
@@ -180,7 +181,8 @@ def mask(messages: list[Message], keep: int = MASK_KEEP) -> list[Message]:
     return out
 
 
-def litellm_compressed(messages: list[Message], tools: list[dict[str, Any]]) -> tuple[list[Message], list[dict]]:
+def litellm_compressed(messages: list[Message],
+                       tools: list[dict[str, Any]]) -> tuple[list[Message], list[dict]]:
     """``litellm.compress()`` on the request (trigger 16k, target 8k); its retrieval tool is added."""
     from bench.litellm_compress import compress_chat
 
@@ -217,7 +219,8 @@ def pairing_problems(messages: list[Message]) -> list[str]:
             elif call in answered:
                 problems.append(f"message {i}: a second result for {call}")
             else:
-                problems.append(f"message {i}: result for {call}, which the assistant message before it did not call")
+                problems.append(f"message {i}: result for {call}, "
+                                "which the assistant message before it did not call")
             continue
         if open_calls:
             problems.append(f"message {i}: {role} message before the results of {', '.join(open_calls)}")
@@ -279,7 +282,8 @@ class Tokens:
 
     @staticmethod
     def _key(m: Message) -> bytes:
-        return hashlib.blake2b(json.dumps(m, sort_keys=True, ensure_ascii=False).encode(), digest_size=16).digest()
+        text = json.dumps(m, sort_keys=True, ensure_ascii=False)
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
     def request(self, messages: list[Message]) -> np.ndarray:
         parts = []
@@ -350,7 +354,8 @@ def through_gateway(http: httpx.Client, upstream: FakeUpstream, messages: list[M
     return Sent(seen, 200, "", headers)
 
 
-def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent], tokens: Tokens) -> dict[str, Any]:
+def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent],
+           tokens: Tokens) -> dict[str, Any]:
     """Every step of one run: what was sent, priced per request, evidence per step."""
     tokens.clear()  # messages never recur across runs; this bounds the cache
     sent_tokens: list[np.ndarray] = []
@@ -371,6 +376,11 @@ def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent], t
                       "error": sent.error, "action": (sent.headers or {}).get("x-mixpr-action"),
                       "reset": (sent.headers or {}).get("x-mixpr-reset") == "true"})
     costs = priced(sent_tokens)
+    at = 0
+    for step in steps:  # each step's own requests' prices (what the provider read from its cache)
+        mine, at = costs[at : at + step["requests"]], at + step["requests"]
+        for key in ("tokens", "openai_cached", "anthropic_cached"):
+            step[key] = sum(c[key] for c in mine)
     return {"id": run.id, "framework": run.framework, "steps": steps,
             "tokens": sum(c["tokens"] for c in costs), "openai": sum(c["openai"] for c in costs),
             "anthropic": sum(c["anthropic"] for c in costs)}
@@ -392,9 +402,12 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
             _progress(name, run, results[-1], started)
     else:
         with gateway(overlays[name]) as (http, upstream):
+
+            def post(messages: list[Message], tools: list[dict]) -> Sent:
+                return through_gateway(http, upstream, messages, tools, max_tokens)
+
             for run in runs:
-                results.append(replay(run, lambda ms, tools: through_gateway(http, upstream, ms, tools, max_tokens),
-                                      tokens))
+                results.append(replay(run, post, tokens))
                 _progress(name, run, results[-1], started)
     return {"setting": name, "label": LABELS.get(name, f"gateway, {name}"), "config": overlays.get(name),
             "runs": results, "seconds": time.perf_counter() - started}
@@ -446,12 +459,13 @@ def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]
         if ref:
             for key in ("tokens", "openai", "anthropic"):
                 t[f"{key}_x"] = t[key] / ref[key]
-        cells = [f"{t[f'{key}_x']:.2f}" if ref else f"{t[key] / 1e6:.2f}M" for key in ("tokens", "openai", "anthropic")]
+        cells = [f"{t[f'{key}_x']:.2f}" if ref else f"{t[key] / 1e6:.2f}M"
+                 for key in ("tokens", "openai", "anthropic")]
         lines.append(f"| {r['label']} | {cells[0]} | {cells[1]} | {cells[2]} | {t['evidence']:.2f} | "
                      f"{t['strict']:.2f} | {t['invalid']} | {t['errors']} |")
     n = next(iter(by.values()))
     notes = [f"\n{n['steps']} requests, {n['evidence_n']} evidence entries, {n['strict_n']} strict; "
-             + ("costs relative to the first row" if ref else "costs in millions of tokens (no reference row)")]
+             + ("costs relative to no gateway" if ref else "costs in millions of tokens (no reference row)")]
     for r in results:
         t = by[r["setting"]]
         if t["errors"]:
