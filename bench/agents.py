@@ -20,9 +20,11 @@ index ``k`` that follows a ``tool`` or ``user`` message, the client sends ``mess
 
 Cost: ``bench.conversation``'s ``priced`` on each request's cl100k tokens (``rendered`` per message: role
 marker, then its text, then its tool calls' names and arguments), per trajectory, summed, relative to
-``none``. Evidence: an entry's ``text`` occurs (whitespace normalised) in what the upstream received for
-request ``k`` (contents and tool-call arguments); strict evidence: only entries with ``origin == "tool"``,
-not ``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
+``none`` (``--content-only``: contents only, as ``bench.conversation`` prices a chat; tool definitions are
+never priced, and a step the gateway refused prices nothing: it is counted under errors). Evidence: an
+entry's ``text`` occurs (whitespace normalised) in what the upstream received for request ``k`` (contents
+and tool-call arguments); strict evidence: only entries with ``origin == "tool"``, not
+``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
 pair up (:func:`pairing_problems`). Errors: answers other than 200. Writes ``bench/out/agents.json`` and
 ``agents.png`` (cost against strict evidence; ``--publish`` also copies the PNG to ``bench/plots/``).
 """
@@ -272,7 +274,8 @@ def _strings(value: Any) -> Iterator[str]:
 class Tokens:
     """cl100k tokens of rendered messages, each message tokenised once (histories are append-only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, calls: bool = True) -> None:
+        self.calls = calls  # False: contents only, as bench.conversation.rendered reads a message
         self._cache: dict[bytes, np.ndarray] = {}
         self._text: dict[bytes, str] = {}
 
@@ -290,7 +293,7 @@ class Tokens:
         for m in messages:
             key = self._key(m)
             if key not in self._cache:
-                view = {"role": m.get("role", ""), "content": message_text(m)}
+                view = {"role": m.get("role", ""), "content": message_text(m)} if self.calls else m
                 self._cache[key] = rendered([view]).astype(np.int32)
             parts.append(self._cache[key])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
@@ -387,9 +390,9 @@ def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent],
 
 
 def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str, Any]],
-                max_tokens: int | None) -> dict[str, Any]:
+                max_tokens: int | None, price_calls: bool = True) -> dict[str, Any]:
     started = time.perf_counter()
-    tokens = Tokens()
+    tokens = Tokens(price_calls)
     results = []
     if name in CLIENT:
         client = CLIENT[name]
@@ -490,7 +493,7 @@ def plot(results: list[dict[str, Any]], by: dict[str, dict[str, Any]], path: Pat
             ax.scatter([x], [t["strict"]], s=60, color=f"C{i}", label=r["label"])
             ax.annotate(r["setting"], (x, t["strict"]), textcoords="offset points", xytext=(6, 4), fontsize=8)
         ax.set_xlabel(f"cost, {rule}-style" + (" (x no gateway)" if ref else " (M tokens)"))
-        ax.set_title(f"{rule.capitalize()}-style prompt caching", fontsize=10)
+        ax.set_title(f"{'OpenAI' if rule == 'openai' else 'Anthropic'}-style prompt caching", fontsize=10)
         ax.grid(alpha=0.3)
         ax.set_ylim(-0.02, 1.05)
     axes[0].set_ylabel("strict evidence kept")
@@ -533,6 +536,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--limit", type=int, help="only the first N runs of the file")
     parser.add_argument("--quick", action="store_true", help="the shortest run of each framework")
     parser.add_argument("--max-tokens", type=int, default=None, help="max_tokens sent to the gateway (none)")
+    parser.add_argument("--content-only", action="store_true",
+                        help="price message contents only, not the tool calls' names and arguments")
     parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
     parser.add_argument("--out", type=Path, default=OUT, help="where agents.json and agents.png go")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
@@ -551,7 +556,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     started = time.perf_counter()
     print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
           file=sys.stderr, flush=True)
-    results = [run_setting(name, runs, overlays, args.max_tokens) for name in names]
+    results = [run_setting(name, runs, overlays, args.max_tokens, not args.content_only) for name in names]
     text, by = table(results)
     seconds = time.perf_counter() - started
     print(text)
