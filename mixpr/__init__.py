@@ -86,6 +86,8 @@ def compress(
     ``query`` is then what the text answers (a tool call, the agent's words, the task), outside
     ``text``, and every cut leaves a marker naming the omitted lines (and ``source``, the file the
     text shows, when the caller knows it and the text does not say). ``None``: today's behaviour.
+    A caller that budgets by kind (file views kept more than logs) asks ``mixpr.kinds.resolve``
+    first and passes the kind it found.
     """
     if kind is not None or query or source is not None:
         return _compress_kind(text, budget_tokens, kind, query, source, model, original_tokens,
