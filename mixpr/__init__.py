@@ -136,13 +136,15 @@ def _compress_kind(text, budget_tokens, kind, query, source, model, original_tok
         return Compressed(text, [(0, len(text))] if text else [], stats)
     kept, spans, found = clock.run(
         "rank", outputs.compress_blocks, text, kind=kind, query=query, source=source,
-        budget_tokens=budget_tokens, model=model,
+        budget_tokens=budget_tokens, model=model, tokens=original_tokens,
     )  # fmt: skip
-    stats.update(found, kept_tokens=count_tokens(kept, model), timings_ms=clock.timings())
+    stats.update(found, timings_ms=clock.timings())
     return Compressed(kept, spans, stats)
 
 
 def _validate_kind(kind, budget_tokens, others) -> None:
+    if kind is None:
+        raise ValueError("query and source describe typed content: give kind too (e.g. kind='auto')")
     if kind not in kinds.KINDS:
         raise ValueError(f"kind must be one of {', '.join(kinds.KINDS)}; got {kind!r}")
     if not isinstance(budget_tokens, int) or budget_tokens < 1:
