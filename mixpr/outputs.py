@@ -68,12 +68,12 @@ def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
     if counts.shape[1] == 0:
         return blocks.pinned.astype(np.float64)
     W = bm25(counts)
-    common = experts.rare_words(W, share=COMMON_SHARE, at_least=1)
-    relevance = _relevance(W, asked, common)
+    uncommon = experts.rare_words(W, share=COMMON_SHARE, at_least=1)
+    relevance = _relevance(W, asked, uncommon)
     central = pagerank.factorised(unit_rows(tfidf(counts)), np.ones(len(blocks)), 0.0)
     ranked = [relevance]
     if relevance.sum() > 0:
-        graph = unit_rows(W[:, common].tocsr())
+        graph = unit_rows(W[:, uncommon].tocsr())
         ranked.append(pagerank.factorised(graph, relevance, LOCAL_ALPHA))
         ranked.append(pagerank.along_chain(relevance, CHAIN_ALPHA))
     scores = experts.fuse_ranks(*ranked) + GLOBAL_WEIGHT * experts.fuse_ranks(central)
@@ -82,11 +82,11 @@ def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
     return scores + blocks.pinned * (scores.max() + 1.0)  # each pinned level above all below it
 
 
-def _relevance(W, asked: np.ndarray, common: np.ndarray) -> np.ndarray:
+def _relevance(W, asked: np.ndarray, uncommon: np.ndarray) -> np.ndarray:
     """BM25 match of each block with the query's uncommon words; a word the query repeats (the task
     and the call both name it) counts more, but only logarithmically."""
     weights = np.zeros(W.shape[1])
-    weights[common] = np.log1p(asked[common])
+    weights[uncommon] = np.log1p(asked[uncommon])
     return np.asarray(W @ weights).ravel()
 
 
