@@ -7,7 +7,8 @@ it can still see in the request. A request without tools (a client's title or qu
 short text. ``stream: true`` gets Anthropic's server-sent events as Claude Code parses them:
 ``message_start``, one ``content_block_*`` run per block, ``message_delta`` and ``message_stop``.
 
-``POST /v1/messages/count_tokens`` answers a rough count (characters / 4).
+``POST /v1/messages/count_tokens`` answers a rough count (characters / 4); a model named
+``status-<code>`` gets that status with Anthropic's error body and ``retry-after: 7``.
 """
 
 from __future__ import annotations
@@ -56,15 +57,21 @@ class FakeAnthropic:
                 if not self.path.split("?")[0].endswith("/v1/messages"):
                     return self._json(404, {"type": "error", "error": {"type": "not_found_error",
                                                                         "message": self.path}})
+                model = str(body.get("model", ""))
+                if model.startswith("status-"):  # Anthropic's error body, with Retry-After
+                    error = {"type": "error", "error": {"type": "rate_limit_error", "message": "Slow down."}}
+                    return self._json(int(model[7:]), error, {"retry-after": "7"})
                 blocks, stop = fake.answer(body)
                 message = _message(body.get("model", "fake"), blocks, stop, len(raw) // 4)
                 if body.get("stream"):
                     return self._stream(message)
                 return self._json(200, message)
 
-            def _json(self, status: int, payload: Any) -> None:
+            def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

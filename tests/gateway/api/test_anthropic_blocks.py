@@ -53,6 +53,7 @@ def gw(upstream: FakeUpstream, anthropic_upstream: FakeAnthropic) -> Iterator[ht
     small = {"model_info": {"max_input_tokens": SMALL_WINDOW}, "mixpr": {"budget_tokens": 800}}
     raw["model_list"] += [
         model("claude", "x", anthropic_upstream.url, litellm_params={"model": "anthropic/claude-sonnet-4-5"}),
+        model("claude-429", "x", anthropic_upstream.url, litellm_params={"model": "anthropic/status-429"}),
         model("claude-small", "x", anthropic_upstream.url,
               litellm_params={"model": "anthropic/claude-sonnet-4-5"}, **copy.deepcopy(small)),
     ]
@@ -218,6 +219,15 @@ def test_an_anthropic_upstreams_error_and_stream_come_back_as_they_are(gw, anthr
         assert response.headers["content-type"].startswith("text/event-stream")
         text = response.read().decode()
     assert text.startswith("event: message_start") and "event: message_stop" in text
+
+
+def test_an_anthropic_upstreams_refusal_comes_back_as_it_is(gw):
+    for stream in (False, True):
+        response = gw.post("/v1/messages", json={"model": "claude-429", "max_tokens": 16, "stream": stream,
+                                                 "messages": [{"role": "user", "content": "hi"}]})
+        assert response.status_code == 429 and response.headers["retry-after"] == "7"
+        error = {"type": "rate_limit_error", "message": "Slow down."}
+        assert response.json() == {"type": "error", "error": error}
 
 
 def test_write_back_puts_gateway_additions_after_tool_results() -> None:
