@@ -74,8 +74,9 @@ def _view_message(i: int, message: dict[str, Any]) -> list[dict[str, Any]]:
     shown: dict[str, Any] = {"role": role, "content": parts, ORIGIN: [i]}
     if calls:
         shown["tool_calls"] = calls
-    if thinking:
+    if thinking:  # counted as ``name``; ``thinking_blocks`` tells a compressor the message is signed
         shown["name"] = "\n".join(thinking)
+        shown["thinking_blocks"] = [{"type": "thinking"}]
     # Tool results first: the order an OpenAI chat needs after the assistant's tool calls.
     return [*tools, shown] if parts or calls or thinking or not tools else tools
 
