@@ -218,8 +218,8 @@ def to_openai(body: dict[str, Any], *, mid_system: bool = False) -> list[dict[st
       image;
     * ``search_result``: a line naming its title and source, then its texts;
     * ``tool_use``: a tool call; ``tool_result``: a tool message, its text first marked
-      ``[tool error]`` when ``is_error``, its images and documents in a user message right after
-      (a tool message holds only text);
+      ``[tool error]`` when ``is_error`` (and its ``cache_control`` on that text), its images and
+      documents in a user message right after (a tool message holds only text);
     * ``thinking`` / ``redacted_thinking``: the assistant's ``thinking_blocks`` (LiteLLM replays them
       to providers that take them, and drops them for the rest) and ``reasoning_content``.
 
@@ -279,7 +279,10 @@ def _openai_message(i: int, message: dict[str, Any], dropped: set[str]) -> list[
                              "it is accepted only by Anthropic models.", param=where)
         if kind == "tool_result":
             text, media = _tool_result(block, where, dropped)
-            tools.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")), "content": text})
+            # A marked result keeps its marker, on the tool message's one text part.
+            shown: Any = [{"type": "text", "text": text, **_cache(block)}] if _cache(block) else text
+            tools.append({"role": "tool", "tool_call_id": str(block.get("tool_use_id", "")),
+                          "content": shown})
             attached += media
         elif kind == "tool_use":
             calls.append(_tool_call(block))

@@ -182,7 +182,8 @@ def test_search_results_and_content_documents_become_text_for_a_chat_model(gw, u
               "content": [{"type": "text", "text": "The vault opens at dawn."}]}
     pages = [{"type": "text", "text": "Page 1"}]
     document = {"type": "document", "source": {"type": "content", "content": pages}}
-    content = [{"type": "tool_result", "tool_use_id": "toolu_9", "content": [search]}, document,
+    content = [{"type": "tool_result", "tool_use_id": "toolu_9", "content": [search],
+                "cache_control": {"type": "ephemeral"}}, document,
                {"type": "text", "text": "When does it open?"}]
     messages = [{"role": "user", "content": "Search."},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "search",
@@ -192,7 +193,8 @@ def test_search_results_and_content_documents_become_text_for_a_chat_model(gw, u
     assert response.status_code == 200, response.text
     [sent] = [r.json for r in upstream.received("echo")]
     tool, user = sent["messages"][2:]
-    assert tool["content"] == "[search result: A page (https://example.com/a)]\n\nThe vault opens at dawn."
+    text = "[search result: A page (https://example.com/a)]\n\nThe vault opens at dawn."
+    assert tool["content"] == [{"type": "text", "text": text, "cache_control": {"type": "ephemeral"}}]
     assert [p["text"] for p in user["content"]] == ["Page 1", "When does it open?"]
 
 
