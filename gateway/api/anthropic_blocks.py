@@ -50,6 +50,33 @@ def view(body: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"role": "system", "content": system})
     for i, message in enumerate(body["messages"]):
         out += _view_message(i, message)
+    return _interleaved(out)
+
+
+def _interleaved(shown: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Claude Code sends a tool loop's steps merged: one assistant message with every step's text,
+    then every call, then one user message with every result. Where the steps can be told apart
+    (as many texts as calls, or no texts; no thinking; the results right after, in the calls'
+    order), the view shows one turn per step (text and call, then its result), as the loop ran:
+    so the compressor sees turns, each result after the call that made it."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(shown):
+        message = shown[i]
+        calls = message.get("tool_calls") or []
+        results = shown[i + 1 : i + 1 + len(calls)]
+        parts = message.get("content") or []
+        if (message.get("role") == "assistant" and len(calls) > 1 and "thinking_blocks" not in message
+                and [r.get("tool_call_id") for r in results] == [c["id"] for c in calls]
+                and all(r.get("role") == "tool" for r in results) and len(parts) in (0, len(calls))
+                and all(p.get("type") == "text" for p in parts)):
+            for k, (call, result) in enumerate(zip(calls, results, strict=True)):
+                step = {**message, "content": parts[k : k + 1], "tool_calls": [call]}
+                out += [step, result]
+            i += 1 + len(calls)
+            continue
+        out.append(message)
+        i += 1
     return out
 
 

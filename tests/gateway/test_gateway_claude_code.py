@@ -4,7 +4,8 @@ gateway and the upstream on 127.0.0.1, over real HTTP.
 Claude Code (``-p``, the npm package, pinned) reads 15 files, one ``Read`` call per turn, as a
 scripted Anthropic upstream (``fake_anthropic``) asks, on a model with a 32k-token window: the files
 hold more than the window, so the gateway must compress as the history overflows, and the loop
-must still complete with the task and every tool call and its result reaching the last step.
+must still complete with the task, every tool call and its result, and the newest result whole
+reaching the last step.
 
 The CLI comes from ``CLAUDE_CODE_BIN`` when set, else it is installed once with npm into
 ``.venv/claude-code`` (its native binary is put in place by the package's own install script). The
@@ -92,6 +93,9 @@ def test_claude_code_reads_15_files_through_a_32k_model(
     assert [b["id"] for b in blocks if b["type"] == "tool_use"] == [f"{READ_ID}{n}" for n in range(FILES)]
     assert [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"] == \
         [f"{READ_ID}{n}" for n in range(FILES)]
+    # Claude Code merges the steps; the gateway compresses them step by step: the newest result whole.
+    newest = next(b for b in reversed(blocks) if b["type"] == "tool_result")
+    assert "CODE-14-ox" in json.dumps(newest["content"])
     # What Claude Code sends besides its messages is relayed as it sent it.
     assert last["thinking"] and last["context_management"] and "anthropic-beta" in loop[-1].headers
     # The files hold more than the window: the gateway compressed, and the history fits again.

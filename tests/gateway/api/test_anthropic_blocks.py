@@ -246,3 +246,22 @@ def test_write_back_puts_gateway_additions_after_tool_results() -> None:
         {"type": "text", "text": "EVIDENCE"}, {"type": "text", "text": "next?"}]
     assert body["messages"][0]["content"][0]["content"] == "long output"  # the client's body is untouched
     assert anthropic_blocks.write_back(body, shown) is body
+
+
+def test_claude_codes_merged_steps_are_viewed_as_turns() -> None:
+    """One assistant message with every step's text and call, one user message with every result
+    (how Claude Code sends a tool loop): one turn per step, and the write-back is the identity."""
+    calls = [{"type": "tool_use", "id": f"t{n}", "name": "Read", "input": {"file_path": f"/f{n}"}}
+             for n in range(3)]
+    texts = [{"type": "text", "text": f"Reading file {n}."} for n in range(3)]
+    results = [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"file {n}"} for n in range(3)]
+    body = {"messages": [{"role": "user", "content": "Read the files."},
+                         {"role": "assistant", "content": [*texts, *calls]},
+                         {"role": "user", "content": results}]}
+    shown = anthropic_blocks.view(body)
+    assert [m["role"] for m in shown] == ["user", *["assistant", "tool"] * 3]
+    steps = [m for m in shown if m["role"] == "assistant"]
+    assert [[c["id"] for c in m["tool_calls"]] for m in steps] == [["t0"], ["t1"], ["t2"]]
+    expected = [x for n in range(3) for x in (f"Reading file {n}.", f"file {n}")]
+    assert [m["content"][0]["text"] for m in shown[1:]] == expected
+    assert anthropic_blocks.write_back(body, shown) is body
