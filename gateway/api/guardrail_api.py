@@ -28,13 +28,13 @@ from gateway.compress.compressor import Outcome
 from gateway.core.chat import ChatCall, report_headers
 from gateway.core.guardrail import (
     Layout,
+    answer,
     control_from,
     failed_headers,
     fails_open,
     guardrail_messages,
     layout,
     reply_params,
-    rewritten_texts,
 )
 from gateway.errors import BadRequest, GatewayError
 from gateway.run import offload
@@ -78,4 +78,4 @@ def guardrail_answer(plan: Layout, outcome: Outcome) -> dict[str, Any]:
     """The generic API's answer: every text received, the compressed ones replaced."""
     if outcome.action != "compressed":
         return {"action": NONE}
-    return {"action": INTERVENED, "texts": rewritten_texts(plan, outcome)}
+    return {"action": INTERVENED, **answer(plan, outcome)}

@@ -18,7 +18,8 @@ completions, Responses and Anthropic Messages alike. So:
   still counted, never cut);
 - short tool results, and failed ones (``is_error``, when the caller knows it), are kept whole as well:
   cut down, ``ERROR E503: archive unavailable`` would read as ``[…]``, a failure as a success;
-- the answer is ``texts``, each paired text replaced by what was kept of it.
+- the answer is ``texts``, each paired text replaced by what was kept of it (rows only for a caller
+  that sent rows and no texts, which LiteLLM never does).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class Layout:
     pairs: tuple[tuple[int, int | None, int], ...]  # (row, part or None for a string, text index)
     kept_whole: int = 0  # rows kept whole (short or failed tool results, texts without a pair)
     unpaired: int = 0  # row texts LiteLLM gave no text for
+    by_rows: bool = False  # rows and no texts came (a direct caller): the answer is rows
 
 
 def guardrail_messages(inputs: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -74,11 +76,20 @@ def layout(inputs: Mapping[str, Any], messages: list[dict[str, Any]],
     if not (isinstance(inputs.get("structured_messages"), list) and inputs["structured_messages"]):
         pairs = tuple((i, None, i) for i in range(len(texts)))
         return Layout(messages, texts, pairs)
+    if not texts:
+        return Layout(messages, [], (), by_rows=True)
     pairs, unpaired_rows = _pair(messages, texts)
     kept = {i for i, m in enumerate(messages) if m.get("role") == "tool" and _keep_whole(m, failed_tool_ids)}
     kept |= {i for i in unpaired_rows if messages[i].get("role") in COMPRESSED_ROLES}
     laid = [{**m, "role": KEPT_ROLE} if i in kept else m for i, m in enumerate(messages)]
     return Layout(laid, texts, tuple(p for p in pairs if p[0] not in kept), len(kept), len(unpaired_rows))
+
+
+def answer(plan: Layout, outcome: Outcome) -> dict[str, Any]:
+    """The fields of a compressed answer: ``texts``, or ``structured_messages`` for rows alone."""
+    if plan.by_rows:
+        return {"structured_messages": outcome.messages}
+    return {"texts": rewritten_texts(plan, outcome)}
 
 
 def rewritten_texts(plan: Layout, outcome: Outcome) -> list[str]:

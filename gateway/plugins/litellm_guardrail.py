@@ -41,13 +41,13 @@ from gateway.compress.prefix import Prefixes
 from gateway.config import ConfigError, GatewayConfig, GeneralSettings, MixprSettings, ModelEntry
 from gateway.core.guardrail import (
     Layout,
+    answer,
     control_from,
     failed_headers,
     failure_code,
     guardrail_messages,
     layout,
     reply_params,
-    rewritten_texts,
 )
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.metrics import Metrics
@@ -113,7 +113,7 @@ class MixPRGuardrail(CustomGuardrail):
         if outcome.action != "compressed":
             return inputs
         kept = {k: v for k, v in inputs.items() if k not in NOT_RETURNED}
-        return {**kept, "texts": rewritten_texts(plan, outcome)}
+        return {**kept, **answer(plan, outcome)}
 
     async def async_post_call_response_headers_hook(
         self,

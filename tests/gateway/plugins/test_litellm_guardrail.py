@@ -3,10 +3,10 @@
 One proxy (started once for the module: it takes tens of seconds) carries the gateway's guardrail
 twice over: ``mixpr``, the in-process class (``gateway.plugins.litellm_guardrail.MixPRGuardrail``), and
 ``mixpr-api``, LiteLLM's own ``generic_guardrail_api`` calling a running gateway process, with the
-fail-open settings of the README's configuration (read from the README itself). Each request names
-its guardrail in LiteLLM's ``guardrails`` body field. The upstreams record what they receive, so a
-test sees exactly what the proxy sent the model: ``fake_upstream`` (OpenAI) and ``scripted_upstream``
-(an Anthropic model, and a model that is rate-limited twice before it answers).
+fail-open settings of the documented configuration (read from docs/litellm-plugin.md itself). Each
+request names its guardrail in LiteLLM's ``guardrails`` body field. The upstreams record what they
+receive, so a test sees exactly what the proxy sent the model: ``fake_upstream`` (OpenAI) and
+``scripted_upstream`` (an Anthropic model, and a model that is rate-limited twice before it answers).
 """
 
 from __future__ import annotations
@@ -44,12 +44,12 @@ CLAUDE = "anthropic/claude-3-5-haiku-20241022"
 FAIL_OPEN_KEYS = ("unreachable_fallback", "fail_on_error")
 
 
-def readme_generic_guardrail() -> dict[str, Any]:
-    """The ``litellm_params`` of the generic-guardrail configuration the README tells users to copy."""
-    readme = (ROOT / "README.md").read_text()
-    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", readme, re.S)
+def documented_generic_guardrail() -> dict[str, Any]:
+    """The ``litellm_params`` of the generic-guardrail configuration the docs tell users to copy."""
+    page = (ROOT / "docs" / "litellm-plugin.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", page, re.S)
               if "generic_guardrail_api" in block]
-    assert blocks, "the README shows no generic_guardrail_api configuration"
+    assert blocks, "docs/litellm-plugin.md shows no generic_guardrail_api configuration"
     return blocks[0]["guardrails"][0]["litellm_params"]
 
 
@@ -62,7 +62,7 @@ def _model(name: str, upstream: str, base: str) -> dict[str, Any]:
 
 def proxy_config(upstream_base: str, gateway_url: str, scripted_base: str) -> dict[str, Any]:
     mixpr = {"router": "heuristic", "budget_tokens": BUDGET, "compression_workers": 1}
-    fail_open = {k: v for k, v in readme_generic_guardrail().items() if k in FAIL_OPEN_KEYS}
+    fail_open = {k: v for k, v in documented_generic_guardrail().items() if k in FAIL_OPEN_KEYS}
     claude = {"model_name": "claude-small", "model_info": {"max_input_tokens": WINDOW},
               "litellm_params": {"model": CLAUDE, "api_base": scripted_base, "api_key": "sk-upstream"}}
     flaky = {"model_name": "flaky", "model_info": {"max_input_tokens": WINDOW},
@@ -344,7 +344,7 @@ def test_anthropic_blocks_reach_an_anthropic_model_whole_and_the_long_text_compr
 @pytest.mark.parametrize("prompt", ["Hello there.", LONG_PROMPT], ids=["short", "long"])
 def test_generic_guardrail_with_the_gateway_stopped_still_answers(
         proxy: openai.OpenAI, upstream: FakeUpstream, prompt: str) -> None:
-    """The README's generic-guardrail configuration fails open: with nothing listening, the prompt
+    """The documented generic-guardrail configuration fails open: with nothing listening, the prompt
     goes on whole."""
     upstream.clear()
     reply = proxy.chat.completions.create(

@@ -37,7 +37,8 @@ async def main():
     await guard._pool()
     async def ask(model, n):
         inputs = {"texts": [LONG], "structured_messages": [{"role": "user", "content": LONG}]}
-        return inputs, await guard.apply_guardrail(inputs, {"model": model, "litellm_call_id": f"c{n}"}, "request")
+        data = {"model": model, "litellm_call_id": f"c{n}"}
+        return inputs, await guard.apply_guardrail(inputs, data, "request")
     inputs, out = await ask("small", 0)
     compressed = out is not inputs and len(out["texts"][0]) < len(LONG) / 2
     base_samples = samples(guard)
