@@ -94,26 +94,27 @@ class MixPRGuardrail(CustomGuardrail):
         input_type: Literal["request", "response"],
         logging_obj: Any = None,
     ) -> Any:
-        """``texts`` with the conversation compressed, or the very same inputs when nothing changed."""
+        """``texts`` with the conversation compressed, or as they came when nothing changed; never the
+        tools, tool calls or images, which LiteLLM then leaves as they are."""
         messages = guardrail_messages(inputs)
         if input_type != "request" or not messages:
             return inputs
+        untouched = {k: v for k, v in inputs.items() if k not in NOT_RETURNED}
         try:
             prepared = await self._prepare(inputs, request_data, messages)
         except Exception as exc:  # a plug-in bug or a dead pool must not cost the proxy an answer
             self.metrics.guardrail_failed_open.labels(failure_code(exc)).inc()
             self._remember(request_data, failed_headers(exc))
-            return inputs
+            return untouched
         if prepared is None:  # a model the proxy does not list: its router answers for it
-            return inputs
+            return untouched
         plan, outcome = prepared
         self._remember(request_data, report_headers(outcome))
         if outcome.failed_open:  # the pool failed and the original fits: it goes on as it came
             self.metrics.guardrail_failed_open.labels("compression_failed").inc()
         if outcome.action != "compressed":
-            return inputs
-        kept = {k: v for k, v in inputs.items() if k not in NOT_RETURNED}
-        return {**kept, **answer(plan, outcome)}
+            return untouched
+        return {**untouched, **answer(plan, outcome)}
 
     async def async_post_call_response_headers_hook(
         self,

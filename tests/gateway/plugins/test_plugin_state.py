@@ -3,8 +3,9 @@
 A fresh process holds what a LiteLLM proxy holds when it calls the plug-in: LiteLLM's real
 ``Router`` as ``proxy_server.llm_router``, with one model group. 1,000 long requests, each naming a
 model the proxy does not list, go through ``apply_guardrail``; they pass through untouched, and
-the plug-in's memory (``tracemalloc``, from the 100th request to the 1,000th), its services and its
-metric samples stay flat. A listed model is still compressed, with one set of labels.
+the plug-in's memory (``tracemalloc``, from the 100th request to the 1,000th, modules imported on
+the way aside), its services and its metric samples stay flat. A listed model is still compressed,
+with one set of labels.
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ proxy_server.llm_router = litellm.Router(model_list=[{
     "litellm_params": {"model": "openai/small", "api_base": "http://127.0.0.1:9", "api_key": "sk-x"}}])
 LONG = " ".join(f"Sentence {i} says the falcon flew over hill {i}." for i in range(2500))
 
+# A module LiteLLM imports lazily along the way is a one-off, not state kept per request.
+NOT_IMPORTS = [tracemalloc.Filter(False, "<frozen importlib._bootstrap*>")]
+
+def allocated():
+    gc.collect()
+    return sum(s.size for s in tracemalloc.take_snapshot().filter_traces(NOT_IMPORTS).statistics("filename"))
+
 def samples(guard):
     return sum(len(metric.samples) for metric in guard.metrics.registry.collect())
 
@@ -40,17 +48,15 @@ async def main():
         data = {"model": model, "litellm_call_id": f"c{n}"}
         return inputs, await guard.apply_guardrail(inputs, data, "request")
     inputs, out = await ask("small", 0)
-    compressed = out is not inputs and len(out["texts"][0]) < len(LONG) / 2
+    compressed = len(out["texts"][0]) < len(LONG) / 2
     base_samples = samples(guard)
     tracemalloc.start()
     for n in range(1, 1001):
         inputs, out = await ask(f"unlisted-model-{n}", n)
-        assert out is inputs
+        assert out == inputs
         if n == 100:
-            gc.collect()
-            at_100 = tracemalloc.get_traced_memory()[0]
-    gc.collect()
-    at_1000 = tracemalloc.get_traced_memory()[0]
+            at_100 = allocated()
+    at_1000 = allocated()
     print(json.dumps({"compressed": compressed, "services": len(guard._services),
                       "samples": [base_samples, samples(guard)], "growth": at_1000 - at_100}))
     guard._compressor.close()
