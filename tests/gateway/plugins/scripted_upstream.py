@@ -2,8 +2,8 @@
 
 * ``POST .../v1/messages``: Anthropic's Messages API; records the body exactly as received and
   answers one text block, so a test sees every block the proxy forwarded to an Anthropic model;
-* ``POST .../chat/completions`` for a model named ``flaky-<anything>``: 429 twice (with
-  ``retry-after: 0``), then a canned completion; the count is per model name.
+* ``POST .../chat/completions`` and ``.../embeddings`` for a model named ``flaky-<anything>``: 429
+  twice (with ``retry-after: 0``), then a canned completion or embedding; the count is per model.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class ScriptedUpstream:
         if model.startswith("flaky-") and attempt <= 2:
             return 429, {"error": {"message": "Rate limit reached, retry.", "type": "rate_limit_error",
                                    "param": None, "code": "rate_limit_exceeded"}}
+        if path.endswith("/embeddings"):
+            return 200, {"object": "list", "model": model, "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                         "data": [{"object": "embedding", "index": 0, "embedding": [0.1, 0.2, 0.3]}]}
         return 200, {"id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": model,
                      "choices": [{"index": 0, "finish_reason": "stop",
                                   "message": {"role": "assistant", "content": REPLY}}],

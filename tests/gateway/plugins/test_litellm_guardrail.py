@@ -68,9 +68,13 @@ def proxy_config(upstream_base: str, gateway_url: str, scripted_base: str) -> di
     flaky = {"model_name": "flaky", "model_info": {"max_input_tokens": WINDOW},
              "litellm_params": {"model": "openai/flaky-retried", "api_base": scripted_base + "/v1",
                                 "api_key": "sk-upstream", "num_retries": 2}}
+    # No num_retries: the openai SDK's own retries (LiteLLM's DEFAULT_MAX_RETRIES) are all it has.
+    embedder = {"model_name": "flaky-embed", "model_info": {"mode": "embedding"},
+                "litellm_params": {"model": "openai/flaky-embedding", "api_base": scripted_base + "/v1",
+                                   "api_key": "sk-upstream"}}
     return {
         "model_list": [_model("small", "mode-needle-small", upstream_base),
-                       _model("broken", "mode-needle-broken", upstream_base), claude, flaky],
+                       _model("broken", "mode-needle-broken", upstream_base), claude, flaky, embedder],
         "guardrails": [
             {"guardrail_name": "mixpr", "litellm_params": {
                 "guardrail": GUARDRAIL, "mode": "pre_call", **mixpr}},
@@ -363,6 +367,16 @@ def test_the_hosts_retries_still_work_with_the_plugin_loaded(
                                           max_tokens=20, extra_body={"guardrails": ["mixpr"]})
     assert reply.choices[0].message.content == "Scripted reply."
     assert scripted.attempts["flaky-retried"] == 3
+
+
+def test_the_hosts_embedding_calls_keep_the_sdks_retries(
+        proxy: openai.OpenAI, scripted: ScriptedUpstream) -> None:
+    """Loading the plug-in left LiteLLM's ``DEFAULT_MAX_RETRIES`` alone: an embedding model without
+    ``num_retries`` still gets the openai SDK's two retries through two 429s."""
+    scripted.clear()
+    result = proxy.embeddings.create(model="flaky-embed", input="hello")
+    assert result.data[0].embedding == [0.1, 0.2, 0.3]
+    assert scripted.attempts["flaky-embedding"] == 3
 
 
 def test_a_streamed_long_chat_is_compressed_and_streams_back(
