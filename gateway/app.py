@@ -27,6 +27,7 @@ from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
 from gateway.run.gate import Gate
 from gateway.run.workers import Workers
+from gateway.upstream import patches
 
 log = logging.getLogger("gateway.app")
 
@@ -131,6 +132,7 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     """The gateway for ``config``, to be served on ``host``; start it with any ASGI server
     (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key."""
     exposure.check_bind(config, host)
+    patches.install()  # the gateway's own LiteLLM settings; the plug-in never installs them
     state = GatewayState(config, host)
     app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None,
                   dependencies=[Depends(exposure.check_host)])

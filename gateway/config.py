@@ -23,6 +23,8 @@ DEFAULT_MAX_INPUT_TOKENS = 8192  # when neither the config nor LiteLLM's model m
 Route = Literal["auto", "heuristic", "local", "global"]
 # "auto": keep what the window leaves, up to max_budget_tokens; a number: a cost budget.
 Budget = Annotated[int, Field(ge=16)] | Literal["auto"]
+# Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
+ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
 
 
 class ConfigError(ValueError):

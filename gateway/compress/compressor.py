@@ -335,7 +335,7 @@ def _warm_up(with_router: bool) -> None:
     count_tokens("warm up", "gpt-4o-mini")
     count_tokens("warm up", None)
     if with_router:
-        from gateway.upstream import forward  # noqa: F401  (a 4 s import, better at start than mid-request)
+        import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
 
 
 def compress_job(
@@ -362,12 +362,12 @@ def _hold_for_tests(suffix: str = "") -> None:
 
 def _ask_router(router: Router, prompt: str) -> str:
     """The router's y/n, asked from the worker; "" on any failure so MixPR uses its heuristic."""
-    from gateway.upstream import forward as upstream  # LiteLLM: imported in the worker only with a router
+    import litellm  # imported in the worker only with a router
 
     messages = [{"role": "user", "content": prompt}]
     kwargs = {**router.kwargs, "messages": messages, "timeout": router.timeout}
     try:
-        return upstream.ask_sync(kwargs)
+        return litellm.completion(**kwargs).choices[0].message.content or ""
     except Exception as exc:
         log.warning("router call to %s failed (%s); using the heuristic", router.name, type(exc).__name__)
         return ""
