@@ -67,6 +67,9 @@ class Metrics:
         self.upstream_cached_tokens = Counter("mixpr_upstream_cached_tokens", "Prompt tokens the upstream "
                                               "reported read from (or written to) its prompt cache",
                                               ["model", "kind"], registry=r)
+        self.upstream_calls = Counter("mixpr_upstream_calls", "Chat calls forwarded upstream, by how: "
+                                      "relay (the request's bytes, gateway.upstream.relay) or litellm",
+                                      ["model", "via"], registry=r)
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",
                                          ["model", "escalated_to"], registry=r)

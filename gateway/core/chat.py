@@ -21,6 +21,7 @@ from gateway.core import model_tokens, self_route
 from gateway.errors import ModelNotFound, ModelUnavailable, UpstreamError
 from gateway.metrics import Metrics
 from gateway.upstream import forward as upstream
+from gateway.upstream import relay
 
 log = logging.getLogger("gateway.core.chat")
 
@@ -37,6 +38,7 @@ class ChatCall:
     params: dict[str, Any] = field(default_factory=dict)  # every other OpenAI chat parameter
     control: Control = Control()
     stream: bool = False
+    raw_reply: bool = False  # the API sends an OpenAI chat answer as is, so may get it as bytes (relay)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,10 @@ class ChatReply:
     headers: dict[str, str]
     response: dict[str, Any] | None = None
     chunks: AsyncIterator[dict[str, Any]] | None = None
+    # From the raw relay (``gateway.upstream.relay``), for a call with ``raw_reply``: the upstream's
+    # chat.completion JSON, or its SSE events (whole events per item, ``data: [DONE]`` included).
+    body: bytes | None = None
+    events: AsyncIterator[bytes] | None = None
 
 
 @dataclass
@@ -65,6 +71,10 @@ class ChatService:
         self.scales = {m.model_name: 1 + model_tokens.margin(m, self.settings[m.model_name])
                        for m in self.config.model_list}
         self.counters = model_tokens.server_counters(self.config.model_list)
+        self.entries = {m.model_name: m for m in self.config.model_list}
+        general = self.config.general_settings
+        self.relay = relay.Relay.for_models(self.config.model_list, timeout=general.request_timeout_s,
+                                            enabled=general.raw_relay)
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         self.prefixes = Prefixes(self.compressor, cache_bytes=self.config.general_settings.prefix_cache_bytes,
                                  metrics=self.metrics)
@@ -72,9 +82,10 @@ class ChatService:
     async def aclose(self) -> None:
         for counter in self.counters.values():
             await counter.aclose()
+        await self.relay.aclose()
 
     def entry(self, model: str) -> ModelEntry:
-        entry = self.config.model(model)
+        entry = self.entries.get(model)
         if entry is None:
             raise ModelNotFound(f"The model `{model}` does not exist on this gateway.", param="model")
         return entry
@@ -219,9 +230,13 @@ class ChatService:
                  outcome.route, _ms(outcome.compress_ms), (time.perf_counter() - started) * 1000)
 
     async def _forward(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> ChatReply:
+        headers = report_headers(outcome)
+        route = self.relay.routes.get(entry.model_name) if call.raw_reply else None
+        if route is not None and outcome.action == "passthrough":  # issue 23: no LiteLLM on the way
+            return await self._relayed(route, entry.model_name, call, outcome, headers)
+        self.metrics.upstream_calls.labels(entry.model_name, "litellm").inc()
         timeout = self.config.general_settings.request_timeout_s
         kwargs = upstream.build_call(entry, call.params, outcome.messages, timeout=timeout)
-        headers = report_headers(outcome)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
             chunks = self._metered(entry.model_name, upstream.stream_chunks(stream))
@@ -229,6 +244,21 @@ class ChatService:
         response = await upstream.complete(kwargs)
         self.metrics.record_usage(entry.model_name, response.get("usage"))
         return ChatReply(outcome, headers, response=response)
+
+    async def _relayed(self, route: relay.Route, model: str, call: ChatCall, outcome: Outcome,
+                       headers: dict[str, str]) -> ChatReply:
+        """The passthrough as bytes to an upstream that speaks OpenAI chat (``gateway.upstream.relay``)."""
+        self.metrics.upstream_calls.labels(model, "relay").inc()
+        content = relay.body(route, outcome.messages, call.params, stream=call.stream)
+        if call.stream:
+            def on_usage(usage: dict[str, Any]) -> None:
+                self.metrics.record_usage(model, usage)
+
+            events = await self.relay.open_stream(route, content, on_usage)
+            return ChatReply(outcome, headers, events=events)
+        answer, usage = await self.relay.complete(route, content)
+        self.metrics.record_usage(model, usage)
+        return ChatReply(outcome, headers, body=answer)
 
     async def _metered(self, model: str, chunks: AsyncIterator[dict[str, Any]]
                        ) -> AsyncIterator[dict[str, Any]]:
