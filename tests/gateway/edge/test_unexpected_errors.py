@@ -41,7 +41,7 @@ async def faulty_run(self, call):
         first = getattr(reply, field)
         async def chunks():
             async for chunk in first:  # a block of the relay's events: its first event only
-                yield chunk if field == "chunks" else chunk[: chunk.index(b"\n\n") + 2]
+                yield chunk if field == "chunks" else chunk[: chunk.index(b"\\n\\n") + 2]
                 raise KeyError(str(call.messages))
         reply = dataclasses.replace(reply, **{field: chunks()})
     return reply
