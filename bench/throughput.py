@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "echo", "messages": [{"role": "user", "content": "Say hello in one word."}]}
 MASTER_KEY = "sk-bench-5f0c2a9e7d3b41c8a6e2f9d07b1c3e5a"  # both servers check a key, as deployed
 TICKS = os.sysconf("SC_CLK_TCK")
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
 
 def load_average() -> str:
@@ -112,7 +112,9 @@ def wrk(url: str, script: Path, *, connections: int, seconds: float, threads: in
     argv = ["wrk", f"-t{min(threads, connections)}", f"-c{connections}", f"-d{max(1, round(seconds))}s",
             "--latency", "-s", str(script), url]
     out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    latency = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+(?:us|ms|s))$", out, re.M))
+    latency = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", out, re.M))
+    if set(latency) != {"50", "99"}:
+        raise RuntimeError(f"no latency distribution in wrk's output:\n{out}")
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     errors = re.search(r"Socket errors: (.*)$", out, re.M)
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
@@ -122,7 +124,7 @@ def wrk(url: str, script: Path, *, connections: int, seconds: float, threads: in
 
 
 def _ms(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()
     return float(number) * _UNITS[unit]
 
 
