@@ -29,15 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.gateway_latency import free_port, start_gateway, start_upstream
+from bench.gateway_latency import PROXY_KEY as MASTER_KEY  # both servers check the same key
+from bench.gateway_latency import free_port, start_gateway, start_proxy, start_upstream
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = {"model": "echo", "messages": [{"role": "user", "content": "Say hello in one word."}]}
-MASTER_KEY = "sk-bench-5f0c2a9e7d3b41c8a6e2f9d07b1c3e5a"  # both servers check a key, as deployed
 TICKS = os.sysconf("SC_CLK_TCK")
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0, "m": 60_000.0}
 
@@ -54,38 +53,6 @@ def write_gateway_config(folder: Path, upstream: str, *, raw_relay: bool) -> Pat
         "general_settings": {"compression_workers": 1, "raw_relay": raw_relay, "master_key": MASTER_KEY},
     }))
     return path
-
-
-def start_proxy(folder: Path, upstream: str, port: int) -> subprocess.Popen:
-    config = folder / "proxy.yaml"
-    config.write_text(json.dumps({
-        "model_list": [{"model_name": "echo",
-                        "litellm_params": {"model": "openai/echo", "api_base": upstream, "api_key": "k"}}],
-        "litellm_settings": {"num_retries": 0, "telemetry": False},
-        "general_settings": {"master_key": MASTER_KEY},
-    }))
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
-           "LITELLM_LOG": "ERROR"}
-    env.pop("DATABASE_URL", None)
-    litellm = Path(sys.executable).parent / "litellm"
-    argv = [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_alive(f"http://127.0.0.1:{port}", proc, "/health/liveliness")
-    return proc
-
-
-def wait_alive(url: str, proc: subprocess.Popen, path: str, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{url} exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + path, timeout=1) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.25)
-    raise RuntimeError(f"{url} did not start")
 
 
 def cpu_seconds(pid: int) -> float:
