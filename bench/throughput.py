@@ -87,7 +87,8 @@ def wrk(url: str, script: Path, *, connections: int, seconds: float, threads: in
     return {"rps": float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)),
             "p50": _ms(latency["50"]), "p99": _ms(latency["99"]),
             "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
-            "socket_errors": errors.group(1) if errors else ""}
+            # connect, read, write errors and timeouts (wrk gives up on a request after 2 s)
+            "errors": sum(int(n) for n in re.findall(r"\d+", errors.group(1))) if errors else 0}
 
 
 def _ms(text: str) -> float:
@@ -106,19 +107,18 @@ def measure(targets: dict[str, tuple[str, subprocess.Popen | None]], script: Pat
             elapsed = time.monotonic() - started
             result["cores"] = (cpu_seconds(proc.pid) - before) / elapsed if proc else float("nan")
             runs[name].append(result)
-    return {name: {key: statistics.median(r[key] for r in rs) for key in ("rps", "p50", "p99", "cores",
-                                                                           "non_2xx")}
-            for name, rs in runs.items()}
+    keys = ("rps", "p50", "p99", "cores", "non_2xx", "errors")
+    return {name: {key: statistics.median(r[key] for r in rs) for key in keys} for name, rs in runs.items()}
 
 
 def print_table(concurrency: int, results: dict[str, dict[str, float]]) -> None:
     print(f"\npassthrough at saturation, {concurrency} connections (wrk), median of the rounds")
     print(f"  {'target':22} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'cores':>6} {'req/s/core':>10} "
-          f"{'non-2xx':>8}")
+          f"{'non-2xx':>8} {'errors':>7}")
     for name, r in results.items():
         per_core = r["rps"] / r["cores"] if r["cores"] and r["cores"] == r["cores"] else float("nan")
         print(f"  {name:22} {r['rps']:8.0f} {r['p50']:8.2f} {r['p99']:8.2f} {r['cores']:6.2f} "
-              f"{per_core:10.0f} {int(r['non_2xx']):8d}")
+              f"{per_core:10.0f} {int(r['non_2xx']):8d} {int(r['errors']):7d}")
     ours, proxy = results.get("gateway (relay)"), results.get("litellm proxy")
     if ours and proxy and proxy["rps"]:
         print(f"  gateway (relay) / litellm proxy: {ours['rps'] / proxy['rps']:.1f}x requests/s")
