@@ -41,3 +41,14 @@ def kept_spans(text: str, question_start: int, budget: int) -> list[tuple[int, i
         raise RuntimeError(f"litellm.compress returned {len(back)} messages for {len(sent)}")
     kept = [span for span, a, b in zip(paras, sent, back, strict=False) if b.get("content") == a["content"]]
     return [*kept, (question_start, len(text))]
+
+
+def compress_chat(messages: list[dict], tools: list[dict], trigger: int,
+                  target: int) -> tuple[list[dict], list[dict]]:
+    """A chat request as a client using ``litellm.compress()`` would send it: its messages, and its tools
+    with the retrieval tool LiteLLM adds when it replaced something."""
+    import litellm
+
+    result = litellm.compress(messages, model=MODEL, compression_trigger=trigger, compression_target=target)
+    added = [t for t in result.get("tools") or [] if t not in tools]
+    return list(result["messages"]), [*tools, *added]

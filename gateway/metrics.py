@@ -68,7 +68,7 @@ class Metrics:
                                               "reported read from (or written to) its prompt cache",
                                               ["model", "kind"], registry=r)
         self.upstream_calls = Counter("mixpr_upstream_calls", "Chat calls forwarded upstream, by how: "
-                                      "relay (the request's bytes, gateway.upstream.relay) or litellm",
+                                      "relay (the request's bytes, gateway.upstream.chat_relay) or litellm",
                                       ["model", "via"], registry=r)
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",

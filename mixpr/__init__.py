@@ -21,7 +21,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mixpr import baselines, bridge, experts, headings, lexical, order, query, routing, selection, structure
+from mixpr import (
+    baselines,
+    bridge,
+    experts,
+    headings,
+    kinds,
+    lexical,
+    order,
+    outputs,
+    routing,
+    selection,
+    structure,
+)
+from mixpr import query as questions  # ``query`` is also compress()'s keyword
 from mixpr.chunking import Chunks, chunk_text
 from mixpr.embedding import bm25, counts_and_words, tfidf, unit_rows
 from mixpr.tokens import count_tokens
@@ -53,6 +66,9 @@ def compress(
     boundaries: Iterable[int] = (),
     original_tokens: int | None = None,
     query_span: tuple[int, int] | None = None,
+    kind: str | None = None,
+    query: str = "",
+    source: str | None = None,
 ) -> Compressed:
     """Keep the chunks of ``text`` that matter for its final question.
 
@@ -64,7 +80,18 @@ def compress(
     ``query_span``: where the question is, as (start, end) character offsets in ``text``;
     without it the question is the text's trailing paragraph (after a blank line) if short,
     else its last chunk (see ``mixpr.query``). The query chunks are always kept.
+
+    ``kind``: cut ``text`` by its content kind (``mixpr.kinds.KINDS``: "auto" detects it; "code",
+    "log", "json", "grep", "diff", "prose") instead of into the paper's sentences, for tool outputs:
+    ``query`` is then what the text answers (a tool call, the agent's words, the task), outside
+    ``text``, and every cut leaves a marker naming the omitted lines (and ``source``, the file the
+    text shows, when the caller knows it and the text does not say). ``None``: today's behaviour.
+    A caller that budgets by kind (file views kept more than logs) asks ``mixpr.kinds.resolve``
+    first and passes the kind it found.
     """
+    if kind is not None or query or source is not None:
+        return _compress_kind(text, budget_tokens, kind, query, source, model, original_tokens,
+                              (top_k, route, method, tuple(boundaries), query_span))  # fmt: skip
     _validate(budget_tokens, top_k, route, method, query_span, len(text))
     clock = _Clock()
     chunks = clock.run("chunk", chunk_text, text, boundaries=boundaries)
@@ -79,7 +106,7 @@ def compress(
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
     counts, words, titled = clock.run("embed", _counts, chunks) if method != "middle-out" else (None,) * 3
-    p = query.query_weights(chunks, query_span)
+    p = questions.query_weights(chunks, query_span)
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
     scores = _score(chunks, (counts, words, titled), p, method, route, ask_llm, clock, stats, kept_chunks)
@@ -89,6 +116,45 @@ def compress(
     stats.update(kept_tokens=kept_tokens, kept_chunks=len(keep), timings_ms=clock.timings())
     spans = list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
     return Compressed(kept_text, spans, stats)
+
+
+def _compress_kind(text, budget_tokens, kind, query, source, model, original_tokens, others) -> Compressed:
+    """``compress`` for typed content: ``mixpr.outputs`` ranks the kind's blocks."""
+    _validate_kind(kind, budget_tokens, others)
+    clock = _Clock()
+    if original_tokens is None:
+        original_tokens = clock.run("count", count_tokens, text, model)
+    stats = {
+        "method": "mixpr",
+        "route": "mixture",
+        "router": None,
+        "alpha": None,
+        "original_tokens": original_tokens,
+    }
+    if original_tokens <= budget_tokens or not text.strip():  # small outputs pass whole
+        stats.update(kind=None, kept_tokens=original_tokens, timings_ms=clock.timings())
+        return Compressed(text, [(0, len(text))] if text else [], stats)
+    kept, spans, found = clock.run(
+        "rank", outputs.compress_blocks, text, kind=kind, query=query, source=source,
+        budget_tokens=budget_tokens, model=model, tokens=original_tokens,
+    )  # fmt: skip
+    stats.update(found, timings_ms=clock.timings())
+    return Compressed(kept, spans, stats)
+
+
+def _validate_kind(kind, budget_tokens, others) -> None:
+    if kind is None:
+        raise ValueError("query and source describe typed content: give kind too (e.g. kind='auto')")
+    if kind not in kinds.KINDS:
+        raise ValueError(f"kind must be one of {', '.join(kinds.KINDS)}; got {kind!r}")
+    if not isinstance(budget_tokens, int) or budget_tokens < 1:
+        raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
+    top_k, route, method, boundaries, query_span = others
+    if top_k is not None or route != "auto" or method != "mixpr" or boundaries or query_span is not None:
+        raise ValueError(
+            "with kind, give the question as query=; top_k, route, method, boundaries "
+            "and query_span are for untyped text (kind=None)"
+        )
 
 
 def _counts(chunks: Chunks):
@@ -159,7 +225,7 @@ def _local(chunks: Chunks, W, words, p, kept_chunks, titled) -> np.ndarray:
 
 def _order(chunks: Chunks, scores, relevance, p) -> np.ndarray:
     """A question about order ("the second topic we discussed") also ranks its matches by position."""
-    where = order.direction(query.query_text(chunks, p))
+    where = order.direction(questions.query_text(chunks, p))
     if not where:
         return scores
     asked = np.where(p > 0, 0.0, relevance)  # the question matches itself best
@@ -173,7 +239,7 @@ def _route(chunks: Chunks, route: str, ask_llm, p) -> tuple[str, str]:
     cue word there sent a local question to the global route (bench/README.md)."""
     if route in (routing.LOCAL, routing.GLOBAL):
         return route, "forced"
-    asked = np.union1d(query.first_line(chunks), np.flatnonzero(p))
+    asked = np.union1d(questions.first_line(chunks), np.flatnonzero(p))
     request = " ".join(chunks.text[chunks.starts[i] : chunks.ends[i]].strip() for i in asked)
     if route == "heuristic":
         return routing.heuristic_route(request), "heuristic"

@@ -14,6 +14,7 @@ from gateway.api.common import authorized_body, event_stream, is_int_at_least, p
 from gateway.core.chat import ChatCall
 from gateway.edge.remote_files import CHAT, refuse_urls
 from gateway.errors import BadRequest, GatewayError
+from gateway.upstream import forward as upstream
 from gateway.upstream.forward import USER_PART_TYPES
 
 log = logging.getLogger("gateway.api.openai_chat")
@@ -27,8 +28,10 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 async def chat_completions(request: Request) -> Response:
     gateway, body = await authorized_body(request)
     call = await parsed(parse_request, body, request.headers)
+    if upstream.downloads_image_urls(gateway.chat.entry(call.model).upstream_model):
+        refuse_urls(call.messages, CHAT, images=True)
     reply = await gateway.chat.run(call)
-    if reply.events is not None:  # the raw relay's bytes (gateway.upstream.relay)
+    if reply.events is not None:  # the raw relay's bytes (gateway.upstream.chat_relay)
         return event_stream(relayed(reply.events), reply.headers)
     if reply.body is not None:
         return Response(reply.body, media_type="application/json", headers=reply.headers)

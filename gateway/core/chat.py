@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,8 +20,8 @@ from gateway.config import GatewayConfig, MixprSettings, ModelEntry, max_input_t
 from gateway.core import model_tokens, self_route
 from gateway.errors import ModelNotFound, ModelUnavailable, UpstreamError
 from gateway.metrics import Metrics
+from gateway.upstream import chat_relay
 from gateway.upstream import forward as upstream
-from gateway.upstream import relay
 
 log = logging.getLogger("gateway.core.chat")
 
@@ -38,6 +38,9 @@ class ChatCall:
     params: dict[str, Any] = field(default_factory=dict)  # every other OpenAI chat parameter
     control: Control = Control()
     stream: bool = False
+    # How the messages prepared for the upstream become the ones sent, when ``messages`` is a view
+    # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
+    wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
     raw_reply: bool = False  # the API sends an OpenAI chat answer as is, so may get it as bytes (relay)
 
 
@@ -49,7 +52,7 @@ class ChatReply:
     headers: dict[str, str]
     response: dict[str, Any] | None = None
     chunks: AsyncIterator[dict[str, Any]] | None = None
-    # From the raw relay (``gateway.upstream.relay``), for a call with ``raw_reply``: the upstream's
+    # From the raw relay (``gateway.upstream.chat_relay``), for a call with ``raw_reply``: the upstream's
     # chat.completion JSON, or its SSE events (whole events per item, ``data: [DONE]`` included).
     body: bytes | None = None
     events: AsyncIterator[bytes] | None = None
@@ -73,8 +76,8 @@ class ChatService:
         self.counters = model_tokens.server_counters(self.config.model_list)
         self.entries = {m.model_name: m for m in self.config.model_list}
         general = self.config.general_settings
-        self.relay = relay.Relay.for_models(self.config.model_list, timeout=general.request_timeout_s,
-                                            enabled=general.raw_relay)
+        self.relay = chat_relay.Relay.for_models(self.config.model_list, timeout=general.request_timeout_s,
+                                                 enabled=general.raw_relay)
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         self.prefixes = Prefixes(self.compressor, cache_bytes=self.config.general_settings.prefix_cache_bytes,
                                  metrics=self.metrics)
@@ -231,12 +234,13 @@ class ChatService:
 
     async def _forward(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> ChatReply:
         headers = report_headers(outcome)
-        route = self.relay.routes.get(entry.model_name) if call.raw_reply else None
+        route = self.relay.routes.get(entry.model_name) if call.raw_reply and call.wire is None else None
         if route is not None and outcome.action == "passthrough":  # issue 23: no LiteLLM on the way
             return await self._relayed(route, entry.model_name, call, outcome, headers)
         self.metrics.upstream_calls.labels(entry.model_name, "litellm").inc()
         timeout = self.config.general_settings.request_timeout_s
-        kwargs = upstream.build_call(entry, call.params, outcome.messages, timeout=timeout)
+        messages = call.wire(outcome.messages) if call.wire is not None else outcome.messages
+        kwargs = upstream.build_call(entry, call.params, messages, timeout=timeout)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
             chunks = self._metered(entry.model_name, upstream.stream_chunks(stream))
@@ -245,11 +249,11 @@ class ChatService:
         self.metrics.record_usage(entry.model_name, response.get("usage"))
         return ChatReply(outcome, headers, response=response)
 
-    async def _relayed(self, route: relay.Route, model: str, call: ChatCall, outcome: Outcome,
+    async def _relayed(self, route: chat_relay.Route, model: str, call: ChatCall, outcome: Outcome,
                        headers: dict[str, str]) -> ChatReply:
-        """The passthrough as bytes to an upstream that speaks OpenAI chat (``gateway.upstream.relay``)."""
+        """The passthrough as bytes to an OpenAI-compatible upstream (``gateway.upstream.chat_relay``)."""
         self.metrics.upstream_calls.labels(model, "relay").inc()
-        content = relay.body(route, outcome.messages, call.params, stream=call.stream)
+        content = chat_relay.body(route, outcome.messages, call.params, stream=call.stream)
         if call.stream:
             def on_usage(usage: dict[str, Any]) -> None:
                 self.metrics.record_usage(model, usage)

@@ -55,6 +55,20 @@ STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
                 429: "rate_limit_error"}
 
 
+# Providers whose LiteLLM transform downloads an http(s) image URL itself (to inline it as base64),
+# synchronously and up to MAX_IMAGE_URL_DOWNLOAD_SIZE_MB: the gateway refuses image URLs for them.
+IMAGE_DOWNLOADERS = frozenset({"anthropic", "bedrock", "vertex_ai", "vertex_ai_beta", "gemini", "ollama",
+                               "ollama_chat"})
+
+
+def downloads_image_urls(model: str) -> bool:
+    """Whether LiteLLM fetches image URLs itself on its way to ``model`` (a LiteLLM model name)."""
+    try:
+        return litellm.get_llm_provider(model)[1] in IMAGE_DOWNLOADERS
+    except Exception:  # an unknown provider: LiteLLM will refuse the call itself
+        return False
+
+
 @functools.lru_cache(maxsize=256)
 def supported_params(model: str) -> frozenset[str]:
     """The OpenAI parameters LiteLLM maps for ``model`` (a LiteLLM name like ``openai/gpt-4o``)."""

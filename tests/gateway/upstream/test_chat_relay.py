@@ -1,4 +1,4 @@
-"""The raw relay (``gateway.upstream.relay``, issue 23): taken for passthrough chat requests to
+"""The raw relay (``gateway.upstream.chat_relay``, issue 23): taken for passthrough chat requests to
 OpenAI-compatible upstreams, not taken when compression, translation or Self-Route is needed, and
 the same for the client on both paths: the upstream's request, statuses, error bodies, headers.
 
@@ -24,7 +24,7 @@ from fake_upstream import REPLY_TEXT, FakeUpstream
 
 from gateway import create_app
 from gateway.config import parse_config
-from gateway.upstream import relay
+from gateway.upstream import chat_relay
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 HELLO = [{"role": "user", "content": "hello"}]
@@ -125,7 +125,7 @@ def _metric(url: str, line: str) -> float:
 
 def test_routes_are_worked_out_once_from_the_config(upstream: FakeUpstream, canned: CannedStream) -> None:
     config = parse_config(_config(upstream.base_url, canned.port, raw_relay=True))
-    found = relay.Relay.for_models(config.model_list, timeout=600).routes
+    found = chat_relay.Relay.for_models(config.model_list, timeout=600).routes
     assert {"gpt-test", "small", "slow", "canned", "status-401"} <= set(found)
     # LiteLLM translates these (tool schemas, renamed parameters), retries, or adds parameters.
     assert not {"vllm", "o-series", "retrying", "config-params"} & set(found)
@@ -133,7 +133,7 @@ def test_routes_are_worked_out_once_from_the_config(upstream: FakeUpstream, cann
     assert fast.url == upstream.base_url + "/chat/completions" and fast.model == "echo"
     assert fast.headers["authorization"] == "Bearer sk-upstream-secret"
     assert (found["slow"].timeout.sock_read, found["slow"].timeout.connect) == (0.5, 0.5)
-    assert relay.Relay.for_models(config.model_list, timeout=600, enabled=False).routes == {}
+    assert chat_relay.Relay.for_models(config.model_list, timeout=600, enabled=False).routes == {}
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -325,9 +325,9 @@ def test_a_stream_without_done_gets_one(relay_url: str) -> None:
 
 
 def test_event_boundaries_and_usage() -> None:
-    assert relay._boundary(b"data: 1\n\ndata: 2") == len(b"data: 1\n\n")
-    assert relay._boundary(b"data: 1\r\n\r\ndata") == len(b"data: 1\r\n\r\n")
-    assert relay._boundary(b"data: {") == 0
+    assert chat_relay._boundary(b"data: 1\n\ndata: 2") == len(b"data: 1\n\n")
+    assert chat_relay._boundary(b"data: 1\r\n\r\ndata") == len(b"data: 1\r\n\r\n")
+    assert chat_relay._boundary(b"data: {") == 0
     block = b'data: {"usage": {"prompt_tokens": 3}}\n\ndata: {"usage": null}\n\n'
-    assert relay._usage(block) == {"prompt_tokens": 3}
-    assert relay._usage(b"data: [DONE]\n\n") is None
+    assert chat_relay._usage(block) == {"prompt_tokens": 3}
+    assert chat_relay._usage(b"data: [DONE]\n\n") is None

@@ -1,0 +1,575 @@
+"""Coding-agent loops through the gateway and through client-side baselines (issue #22, item 8).
+
+    .venv/bin/python -m bench.agents                      # the whole dev split, every setting, table + PNG
+    .venv/bin/python -m bench.agents --quick              # three short runs (one per framework)
+    .venv/bin/python -m bench.agents --settings none,mask --limit 5
+    .venv/bin/python -m bench.agents --set 'wide={"model_info": {"max_input_tokens": 128000}}'
+
+Replays ``../shared/data/real/agent_traj.dev.jsonl`` as its README says: for every assistant message at
+index ``k`` that follows a ``tool`` or ``user`` message, the client sends ``messages[:k]`` (with the run's
+``tools``), then the trajectory goes on with its own message ``k`` whatever came back. Settings:
+
+* ``none``: no gateway, a long-window model with its prompt cache on: the reference (1.00);
+* gateway settings (:data:`GATEWAY`, plus any ``--set name=json``): the real gateway (``gateway.create_app``
+  under uvicorn) over HTTP in front of the tests' recording upstream, one fresh gateway per setting;
+  what the upstream received is what is priced and scored;
+* client-side baselines (:data:`CLIENT`), applied to the messages and then sent with no gateway:
+  head+tail (each tool output over 4,000 chars keeps its first and last 2,000), masking (tool outputs
+  older than the newest five become a one-line placeholder, SWE-agent's LastNObservations) and
+  ``litellm.compress()`` before each request (trigger 16k, target 8k).
+
+Cost: ``bench.conversation``'s ``priced`` on each request's cl100k tokens (``rendered`` per message: role
+marker, then its text, then its tool calls' names and arguments), per trajectory, summed, relative to
+``none`` (``--content-only``: contents only, as ``bench.conversation`` prices a chat; tool definitions are
+never priced, and a step the gateway refused prices nothing: it is counted under errors). Evidence: an
+entry's ``text`` occurs (whitespace normalised) in what the upstream received for request ``k`` (contents
+and tool-call arguments); strict evidence: only entries with ``origin == "tool"``, not
+``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
+pair up (:func:`pairing_problems`). Errors: answers other than 200. Writes ``bench/out/agents.json`` and
+``agents.png`` (cost against strict evidence; ``--publish`` also copies the PNG to ``bench/plots/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+from bench.conversation import FakeUpstream, ServerThread, priced, rendered
+from bench.data import data_dir
+from bench.provenance import library_version
+from gateway import create_app
+from gateway.config import parse_config
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "out"
+PLOTS = ROOT / "bench" / "plots"
+DATA = "agent_traj.dev.jsonl"
+MODEL = "agent"
+
+Message = dict[str, Any]
+
+# -- settings ---------------------------------------------------------------------------------
+
+# A gateway setting is an overlay on :func:`gateway_config`'s config: the keys of a model entry
+# (``model_info``, ``mixpr``, ``litellm_params``) go to the one model, any other key (``mixpr_settings``,
+# ``general_settings``) to the top level; dicts are merged key by key. A new setting is one line.
+GATEWAY: dict[str, dict[str, Any]] = {
+    "defaults": {"model_info": {"max_input_tokens": 32_000}},
+    "cost": {"model_info": {"max_input_tokens": 1_000_000},
+             "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000}},
+}
+LABELS = {
+    "none": "no gateway, 1M-window model, cache on",
+    "defaults": "gateway, 32k-window model, defaults",
+    "cost": "gateway, cost mode (compress above 16k to 8k)",
+    "head-tail": "client: tool outputs over 4,000 chars cut to head + tail",
+    "mask": "client: outputs older than the last 5 masked",
+    "litellm": "client: litellm.compress() before each request (16k -> 8k)",
+}
+HEAD_TAIL_ABOVE, HEAD_TAIL_KEEP = 4000, 2000
+MASK_KEEP = 5
+LITELLM_TRIGGER, LITELLM_TARGET = 16_000, 8_000
+QUICK_PER_FRAMEWORK = 1  # --quick: the shortest run of each framework
+
+
+def gateway_config(upstream: str, overlay: dict[str, Any]) -> dict[str, Any]:
+    """A config.yaml-shaped dict: one model named ``agent`` in front of ``upstream``, with ``overlay``."""
+    model = {"model_name": MODEL, "litellm_params": {"model": f"openai/{MODEL}", "api_base": upstream,
+                                                     "api_key": "x"}}
+    # token_margin 0: the simulated provider is priced in tiktoken's tokens, like OpenAI's models.
+    config: dict[str, Any] = {
+        "mixpr_settings": {"router": "heuristic", "token_margin": 0},
+        "general_settings": {"compression_workers": 2, "compression_executor": "thread",
+                             "compression_timeout_s": 300},
+    }
+    for key, value in overlay.items():
+        if key in ("model_info", "mixpr", "litellm_params", "managed_server"):
+            model[key] = _merged(model.get(key, {}), value)
+        else:
+            config[key] = _merged(config.get(key, {}), value)
+    config["model_list"] = [model]
+    return config
+
+
+def _merged(base: Any, overlay: Any) -> Any:
+    if not isinstance(base, dict) or not isinstance(overlay, dict):
+        return copy.deepcopy(overlay)
+    out = dict(base)
+    for key, value in overlay.items():
+        out[key] = _merged(base.get(key), value)
+    return out
+
+
+# -- the data ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    id: str
+    framework: str
+    messages: list[Message]
+    tools: list[dict[str, Any]]
+    evidence: dict[int, list[dict[str, Any]]]  # msg_index k -> the evidence entries of step k
+
+    @property
+    def steps(self) -> list[int]:
+        """Every assistant message index that follows a tool or user message: one request each."""
+        ms = self.messages
+        return [k for k in range(1, len(ms))
+                if ms[k]["role"] == "assistant" and ms[k - 1]["role"] in ("tool", "user")]
+
+
+def trajectories(path: Path | None = None) -> list[Trajectory]:
+    path = path or data_dir() / "real" / DATA
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            row = json.loads(line)
+            evidence = {s["msg_index"]: s["evidence"] for s in row["steps"]}
+            out.append(Trajectory(row["id"], row["framework"].split()[0], row["messages"],
+                                  row.get("tools") or [], evidence))
+    return out
+
+
+def quick(runs: list[Trajectory]) -> list[Trajectory]:
+    """The shortest run of each framework (in file order): a fast run that still has every shape."""
+    chosen: list[Trajectory] = []
+    for framework in dict.fromkeys(t.framework for t in runs):
+        ours = sorted((t for t in runs if t.framework == framework), key=lambda t: len(t.steps))
+        chosen += ours[:QUICK_PER_FRAMEWORK]
+    return chosen
+
+
+# -- client-side baselines --------------------------------------------------------------------
+
+
+def head_tail(messages: list[Message], above: int = HEAD_TAIL_ABOVE,
+              keep: int = HEAD_TAIL_KEEP) -> list[Message]:
+    """Each tool output over ``above`` chars keeps its first and last ``keep`` (cut once, when it arrives)."""
+    out = []
+    for m in messages:
+        text = m.get("content")
+        if m["role"] == "tool" and isinstance(text, str) and len(text) > above:
+            cut = len(text) - 2 * keep
+            m = {**m, "content": f"{text[:keep]}\n[... {cut} characters omitted ...]\n{text[-keep:]}"}
+        out.append(m)
+    return out
+
+
+def mask(messages: list[Message], keep: int = MASK_KEEP) -> list[Message]:
+    """Tool outputs older than the newest ``keep`` become one line (SWE-agent's LastNObservations)."""
+    tools = [i for i, m in enumerate(messages) if m["role"] == "tool"]
+    old = set(tools[:-keep] if keep else tools)
+    out = []
+    for i, m in enumerate(messages):
+        if i in old:
+            lines = len(str(m.get("content") or "").splitlines())
+            m = {**m, "content": f"Old environment output: ({lines} lines omitted)"}
+        out.append(m)
+    return out
+
+
+def litellm_compressed(messages: list[Message],
+                       tools: list[dict[str, Any]]) -> tuple[list[Message], list[dict]]:
+    """``litellm.compress()`` on the request (trigger 16k, target 8k); its retrieval tool is added."""
+    from bench.litellm_compress import compress_chat
+
+    return compress_chat(messages, tools, LITELLM_TRIGGER, LITELLM_TARGET)
+
+
+Client = Callable[[list[Message], list[dict[str, Any]]], tuple[list[Message], list[dict[str, Any]]]]
+CLIENT: dict[str, Client] = {
+    "none": lambda ms, tools: (ms, tools),
+    "head-tail": lambda ms, tools: (head_tail(ms), tools),
+    "mask": lambda ms, tools: (mask(ms), tools),
+    "litellm": litellm_compressed,
+}
+
+# -- checks -----------------------------------------------------------------------------------
+
+
+def pairing_problems(messages: list[Message]) -> list[str]:
+    """What a provider would reject about the tool calls and results of one request ([] = valid).
+
+    Every ``tool`` message answers a call of the assistant message right before its run of tool
+    messages, once; every call of an assistant message is answered before the next non-tool message.
+    """
+    problems: list[str] = []
+    open_calls: list[str] = []  # calls of the last assistant message still without a result
+    answered: set[str] = set()
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "tool":
+            call = m.get("tool_call_id")
+            if call in open_calls:
+                open_calls.remove(call)
+                answered.add(call)
+            elif call in answered:
+                problems.append(f"message {i}: a second result for {call}")
+            else:
+                problems.append(f"message {i}: result for {call}, "
+                                "which the assistant message before it did not call")
+            continue
+        if open_calls:
+            problems.append(f"message {i}: {role} message before the results of {', '.join(open_calls)}")
+        open_calls, answered = [], set()
+        if role == "assistant":
+            open_calls = [c.get("id") for c in m.get("tool_calls") or []]
+    if open_calls:
+        problems.append(f"end: no result for {', '.join(open_calls)}")
+    return problems
+
+
+_SPACE = re.compile(r"\s+")
+_SEPARATOR = "\n\x00\n"  # between messages: no evidence string spans two of them
+
+
+def _normal(text: str) -> str:
+    return _SPACE.sub(" ", text).strip()
+
+
+def message_text(m: Message) -> str:
+    """A message's text as a model reads it: its content, then each tool call's name and arguments."""
+    content = m.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    parts = [content if isinstance(content, str) else ""]
+    for call in m.get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments") or ""
+        parts.append(f"{function.get('name', '')}({arguments})")
+        try:  # arguments are JSON: their strings unescaped, as the agent wrote them
+            decoded = json.loads(arguments)
+        except (TypeError, ValueError):
+            continue
+        parts += [v for v in _strings(decoded)]
+    return "\n".join(parts)
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+class Tokens:
+    """cl100k tokens of rendered messages, each message tokenised once (histories are append-only)."""
+
+    def __init__(self, calls: bool = True) -> None:
+        self.calls = calls  # False: contents only, as bench.conversation.rendered reads a message
+        self._cache: dict[bytes, np.ndarray] = {}
+        self._text: dict[bytes, str] = {}
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._text.clear()
+
+    @staticmethod
+    def _key(m: Message) -> bytes:
+        text = json.dumps(m, sort_keys=True, ensure_ascii=False)
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+    def request(self, messages: list[Message]) -> np.ndarray:
+        parts = []
+        for m in messages:
+            key = self._key(m)
+            if key not in self._cache:
+                view = {"role": m.get("role", ""), "content": message_text(m)} if self.calls else m
+                self._cache[key] = rendered([view]).astype(np.int32)
+            parts.append(self._cache[key])
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
+    def haystack(self, messages: list[Message]) -> str:
+        texts = []
+        for m in messages:
+            key = self._key(m)
+            if key not in self._text:
+                self._text[key] = _normal(message_text(m))
+            texts.append(self._text[key])
+        return _SEPARATOR.join(texts)
+
+
+def is_strict(entry: dict[str, Any], k: int) -> bool:
+    return entry["origin"] == "tool" and not entry["in_prior_assistant"] and entry["msg"] < k - 1
+
+
+# -- replay -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Sent:
+    """What reached the upstream for one step (several requests if the gateway made more than one)."""
+
+    requests: list[list[Message]]
+    status: int = 200
+    error: str = ""
+    headers: dict[str, str] | None = None
+
+
+@contextmanager
+def gateway(overlay: dict[str, Any]) -> Iterator[tuple[httpx.Client, FakeUpstream]]:
+    upstream = FakeUpstream().start()
+    server = ServerThread(create_app(parse_config(gateway_config(upstream.base_url, overlay)))).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=900) as http:
+            yield http, upstream
+    finally:
+        server.stop()
+        upstream.stop()
+
+
+def through_gateway(http: httpx.Client, upstream: FakeUpstream, messages: list[Message],
+                    tools: list[dict[str, Any]], max_tokens: int | None) -> Sent:
+    upstream.clear()
+    body: dict[str, Any] = {"model": MODEL, "messages": messages}
+    if tools:
+        body["tools"] = tools
+    if max_tokens:
+        body["max_tokens"] = max_tokens
+    try:
+        response = http.post("/v1/chat/completions", json=body)
+    except httpx.HTTPError as exc:
+        return Sent([], 0, f"{type(exc).__name__}: {exc}")
+    seen = [r.json["messages"] for r in upstream.received()
+            if r.path.endswith("/chat/completions") and not r.is_router_call]
+    headers = {k: v for k, v in response.headers.items() if k.startswith("x-mixpr-")}
+    if response.status_code != 200:
+        return Sent(seen, response.status_code, response.text[:500], headers)
+    return Sent(seen, 200, "", headers)
+
+
+def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent],
+           tokens: Tokens) -> dict[str, Any]:
+    """Every step of one run: what was sent, priced per request, evidence per step."""
+    tokens.clear()  # messages never recur across runs; this bounds the cache
+    sent_tokens: list[np.ndarray] = []
+    steps = []
+    for k in run.steps:
+        sent = send(run.messages[:k], run.tools)
+        entries = run.evidence.get(k, [])
+        found = [False] * len(entries)
+        invalid = []
+        for request in sent.requests:
+            sent_tokens.append(tokens.request(request))
+            invalid += pairing_problems(request)
+            haystack = tokens.haystack(request)
+            found = [f or _normal(e["text"]) in haystack for f, e in zip(found, entries, strict=True)]
+        strict = [f for f, e in zip(found, entries, strict=True) if is_strict(e, k)]
+        steps.append({"k": k, "requests": len(sent.requests), "evidence": [sum(found), len(found)],
+                      "strict": [sum(strict), len(strict)], "invalid": invalid[:3], "status": sent.status,
+                      "error": sent.error, "action": (sent.headers or {}).get("x-mixpr-action"),
+                      "reset": (sent.headers or {}).get("x-mixpr-reset") == "true"})
+    costs = priced(sent_tokens)
+    at = 0
+    for step in steps:  # each step's own requests' prices (what the provider read from its cache)
+        mine, at = costs[at : at + step["requests"]], at + step["requests"]
+        for key in ("tokens", "openai_cached", "anthropic_cached"):
+            step[key] = sum(c[key] for c in mine)
+    return {"id": run.id, "framework": run.framework, "steps": steps,
+            "tokens": sum(c["tokens"] for c in costs), "openai": sum(c["openai"] for c in costs),
+            "anthropic": sum(c["anthropic"] for c in costs)}
+
+
+def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str, Any]],
+                max_tokens: int | None, price_calls: bool = True) -> dict[str, Any]:
+    started = time.perf_counter()
+    tokens = Tokens(price_calls)
+    results = []
+    if name in CLIENT:
+        client = CLIENT[name]
+
+        def send(messages: list[Message], tools: list[dict]) -> Sent:
+            return Sent([client(messages, tools)[0]])
+
+        for run in runs:
+            results.append(replay(run, send, tokens))
+            _progress(name, run, results[-1], started)
+    else:
+        with gateway(overlays[name]) as (http, upstream):
+
+            def post(messages: list[Message], tools: list[dict]) -> Sent:
+                return through_gateway(http, upstream, messages, tools, max_tokens)
+
+            for run in runs:
+                results.append(replay(run, post, tokens))
+                _progress(name, run, results[-1], started)
+    return {"setting": name, "label": LABELS.get(name, f"gateway, {name}"), "config": overlays.get(name),
+            "runs": results, "seconds": time.perf_counter() - started}
+
+
+def _progress(name: str, run: Trajectory, result: dict, started: float) -> None:
+    print(f"  {name}: {run.id} ({len(result['steps'])} steps) {time.perf_counter() - started:.0f} s",
+          file=sys.stderr, flush=True)
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def totals(result: dict[str, Any]) -> dict[str, Any]:
+    steps = [s for r in result["runs"] for s in r["steps"]]
+    errors = [s for s in steps if s["status"] != 200]
+    return {
+        "steps": len(steps),
+        "tokens": sum(r["tokens"] for r in result["runs"]),
+        "openai": sum(r["openai"] for r in result["runs"]),
+        "anthropic": sum(r["anthropic"] for r in result["runs"]),
+        "evidence": _share(s["evidence"] for s in steps),
+        "strict": _share(s["strict"] for s in steps),
+        "evidence_n": sum(s["evidence"][1] for s in steps),
+        "strict_n": sum(s["strict"][1] for s in steps),
+        "invalid": sum(bool(s["invalid"]) for s in steps),
+        "first_invalid": next((s["invalid"][0] for s in steps if s["invalid"]), ""),
+        "errors": len(errors),
+        "first_error": f"{errors[0]['status']}: {errors[0]['error']}" if errors else "",
+        "compressed": sum(s["action"] not in (None, "passthrough", "none") for s in steps),
+        "resets": sum(s["reset"] for s in steps),
+    }
+
+
+def _share(pairs: Iterator[list[int]]) -> float:
+    found = total = 0
+    for got, of in pairs:
+        found, total = found + got, total + of
+    return found / total if total else float("nan")
+
+
+def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:
+    by = {r["setting"]: totals(r) for r in results}
+    ref = by.get("none")
+    lines = ["| setting | tokens sent | cost, OpenAI-style | Anthropic-style | evidence | strict evidence | "
+             "invalid | errors |", "|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        t = by[r["setting"]]
+        if ref:
+            for key in ("tokens", "openai", "anthropic"):
+                t[f"{key}_x"] = t[key] / ref[key]
+        cells = [f"{t[f'{key}_x']:.2f}" if ref else f"{t[key] / 1e6:.2f}M"
+                 for key in ("tokens", "openai", "anthropic")]
+        lines.append(f"| {r['label']} | {cells[0]} | {cells[1]} | {cells[2]} | {t['evidence']:.2f} | "
+                     f"{t['strict']:.2f} | {t['invalid']} | {t['errors']} |")
+    n = next(iter(by.values()))
+    notes = [f"\n{n['steps']} requests, {n['evidence_n']} evidence entries, {n['strict_n']} strict; "
+             + ("costs relative to no gateway" if ref else "costs in millions of tokens (no reference row)")]
+    for r in results:
+        t = by[r["setting"]]
+        if t["errors"]:
+            notes.append(f"{r['setting']}: first error {t['first_error'][:300]}")
+        if t["invalid"]:
+            notes.append(f"{r['setting']}: first invalid request: {t['first_invalid']}")
+    return "\n".join(lines + notes), by
+
+
+def plot(results: list[dict[str, Any]], by: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ref = by.get("none")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5), sharey=True)
+    for ax, rule in zip(axes, ("openai", "anthropic"), strict=True):
+        for i, r in enumerate(results):
+            t = by[r["setting"]]
+            x = t[rule] / ref[rule] if ref else t[rule] / 1e6
+            ax.scatter([x], [t["strict"]], s=60, color=f"C{i}", label=r["label"])
+            ax.annotate(r["setting"], (x, t["strict"]), textcoords="offset points", xytext=(6, 4), fontsize=8)
+        ax.set_xlabel(f"cost, {rule}-style" + (" (x no gateway)" if ref else " (M tokens)"))
+        ax.set_title(f"{'OpenAI' if rule == 'openai' else 'Anthropic'}-style prompt caching", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.set_ylim(-0.02, 1.05)
+    axes[0].set_ylabel("strict evidence kept")
+    axes[1].legend(fontsize=7, loc="lower right")
+    fig.suptitle("Coding-agent runs (dev split): cost against strict evidence", fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def parse_set(items: list[str]) -> dict[str, dict[str, Any]]:
+    """``--set name=json``: a gateway setting (an overlay, see :data:`GATEWAY`)."""
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"--set wants name=json-overlay, got {item!r}")
+        try:
+            overlay = json.loads(text)
+        except ValueError as exc:
+            raise SystemExit(f"--set {name}: not JSON: {exc}") from None
+        if not isinstance(overlay, dict):
+            raise SystemExit(f"--set {name}: the overlay must be a JSON object")
+        out[name.strip()] = overlay
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    default = ["none", *GATEWAY, *(n for n in CLIENT if n != "none")]
+    parser.add_argument("--settings", help=f"comma-separated, in order (default: {','.join(default)}; "
+                        "with --set: those too)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=JSON",
+                        help="an extra gateway setting: a config overlay, e.g. "
+                        "'wide={\"model_info\": {\"max_input_tokens\": 128000}}'")
+    parser.add_argument("--limit", type=int, help="only the first N runs of the file")
+    parser.add_argument("--quick", action="store_true", help="the shortest run of each framework")
+    parser.add_argument("--max-tokens", type=int, default=None, help="max_tokens sent to the gateway (none)")
+    parser.add_argument("--content-only", action="store_true",
+                        help="price message contents only, not the tool calls' names and arguments")
+    parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
+    parser.add_argument("--out", type=Path, default=OUT, help="where agents.json and agents.png go")
+    parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
+    args = parser.parse_args(argv)
+
+    overlays = {**GATEWAY, **parse_set(args.set)}
+    names = args.settings.split(",") if args.settings else default + [n for n in overlays if n not in default]
+    unknown = [n for n in names if n not in CLIENT and n not in overlays]
+    if unknown:
+        raise SystemExit(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join([*CLIENT, *overlays])}")
+    runs = trajectories(args.data)
+    if args.quick:
+        runs = quick(runs)
+    if args.limit:
+        runs = runs[: args.limit]
+    started = time.perf_counter()
+    print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
+          file=sys.stderr, flush=True)
+    results = [run_setting(name, runs, overlays, args.max_tokens, not args.content_only) for name in names]
+    text, by = table(results)
+    seconds = time.perf_counter() - started
+    print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "agents.json").write_text(json.dumps(
+        {"totals": by, "results": results, "library": library_version(), "seconds": seconds,
+         "argv": sys.argv[1:] if argv is None else argv}, indent=1))
+    plot(results, by, args.out / "agents.png")
+    if args.publish:
+        shutil.copy(args.out / "agents.png", PLOTS / "agents.png")
+    print(f"\nwrote {args.out / 'agents.json'} and agents.png ({seconds:.0f} s)")
+    return by
+
+
+if __name__ == "__main__":
+    main()
