@@ -173,6 +173,9 @@ class GeneralSettings(_Strict):
     min_body_bytes_per_s: int = Field(16 * 1024, ge=1)
     # JSON objects and arrays in one body (messages, content parts, tools ...): bounds per-request work.
     max_body_objects: int = Field(20_000, ge=100)
+    # Passthrough chat requests to OpenAI-compatible upstreams go as bytes, not through LiteLLM
+    # (gateway.upstream.chat_relay); false: every request through LiteLLM.
+    raw_relay: bool = True
 
     @field_validator("master_key")
     @classmethod

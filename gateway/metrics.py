@@ -73,6 +73,9 @@ class Metrics:
         self.guardrail_kept_whole = Counter("mixpr_guardrail_kept_whole", "Messages the LiteLLM plug-in sent "
                                             "whole because LiteLLM cannot write their text back in place",
                                             ["reason"], registry=r)
+        self.upstream_calls = Counter("mixpr_upstream_calls", "Chat calls forwarded upstream, by how: "
+                                      "relay (the request's bytes, gateway.upstream.chat_relay) or litellm",
+                                      ["model", "via"], registry=r)
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",
                                          ["model", "escalated_to"], registry=r)

@@ -31,6 +31,10 @@ async def chat_completions(request: Request) -> Response:
     if upstream.downloads_image_urls(gateway.chat.entry(call.model).upstream_model):
         refuse_urls(call.messages, CHAT, images=True)
     reply = await gateway.chat.run(call)
+    if reply.events is not None:  # the raw relay's bytes (gateway.upstream.chat_relay)
+        return event_stream(relayed(reply.events), reply.headers)
+    if reply.body is not None:
+        return Response(reply.body, media_type="application/json", headers=reply.headers)
     if reply.chunks is not None:
         return event_stream(sse(reply.chunks), reply.headers)
     return JSONResponse(reply.response, headers=reply.headers)
@@ -49,7 +53,7 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
     control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in body.items() if k not in ("model", "messages", "mixpr", "stream")}
     return ChatCall(model=model, messages=messages, params=params, control=control,
-                    stream=bool(body.get("stream")))
+                    stream=bool(body.get("stream")), raw_reply=True)
 
 
 def validate_messages(messages: Any) -> list[dict[str, Any]]:
@@ -157,3 +161,15 @@ async def sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
         yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+async def relayed(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The upstream's events as they came (its ``[DONE]`` included); a failure midway becomes a
+    final error event, then [DONE], as in ``sse``."""
+    try:
+        async for block in events:
+            yield block
+    except GatewayError as error:
+        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+        yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"

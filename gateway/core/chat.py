@@ -18,6 +18,7 @@ from gateway.config import ModelEntry
 from gateway.core import self_route
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
+from gateway.upstream import chat_relay
 from gateway.upstream import forward as upstream
 
 __all__ = ["ChatCall", "ChatReply", "ChatService", "report_headers"]
@@ -33,11 +34,25 @@ class ChatReply:
     headers: dict[str, str]
     response: dict[str, Any] | None = None
     chunks: AsyncIterator[dict[str, Any]] | None = None
+    # From the raw relay (``gateway.upstream.chat_relay``), for a call with ``raw_reply``: the upstream's
+    # chat.completion JSON, or its SSE events (whole events per item, ``data: [DONE]`` included).
+    body: bytes | None = None
+    events: AsyncIterator[bytes] | None = None
 
 
 @dataclass
 class ChatService(Preparer):
     """A chat call prepared (``Preparer``), then forwarded, Self-Routed and reported."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        general = self.config.general_settings
+        self.relay = chat_relay.Relay.for_models(self.config.model_list, timeout=general.request_timeout_s,
+                                                 enabled=general.raw_relay)
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self.relay.aclose()
 
     async def run(self, call: ChatCall) -> ChatReply:
         outcome = await self.prepare(call)
@@ -111,10 +126,14 @@ class ChatService(Preparer):
         return self.entry(model), outcome.messages[0]["content"], outcome
 
     async def _forward(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> ChatReply:
+        headers = report_headers(outcome)
+        route = self.relay.routes.get(entry.model_name) if call.raw_reply and call.wire is None else None
+        if route is not None and outcome.action == "passthrough":  # issue 23: no LiteLLM on the way
+            return await self._relayed(route, entry.model_name, call, outcome, headers)
+        self.metrics.upstream_calls.labels(entry.model_name, "litellm").inc()
         timeout = self.config.general_settings.request_timeout_s
         messages = call.wire(outcome.messages) if call.wire is not None else outcome.messages
         kwargs = upstream.build_call(entry, call.params, messages, timeout=timeout)
-        headers = report_headers(outcome)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
             chunks = self._metered(entry.model_name, upstream.stream_chunks(stream))
@@ -128,6 +147,21 @@ class ChatService(Preparer):
         kwargs = upstream.build_call(entry, params, [], timeout=timeout)
         del kwargs["messages"]
         return kwargs
+
+    async def _relayed(self, route: chat_relay.Route, model: str, call: ChatCall, outcome: Outcome,
+                       headers: dict[str, str]) -> ChatReply:
+        """The passthrough as bytes to an OpenAI-compatible upstream (``gateway.upstream.chat_relay``)."""
+        self.metrics.upstream_calls.labels(model, "relay").inc()
+        content = chat_relay.body(route, outcome.messages, call.params, stream=call.stream)
+        if call.stream:
+            def on_usage(usage: dict[str, Any]) -> None:
+                self.metrics.record_usage(model, usage)
+
+            events = await self.relay.open_stream(route, content, on_usage)
+            return ChatReply(outcome, headers, events=events)
+        answer, usage = await self.relay.complete(route, content)
+        self.metrics.record_usage(model, usage)
+        return ChatReply(outcome, headers, body=answer)
 
     async def _metered(self, model: str, chunks: AsyncIterator[dict[str, Any]]
                        ) -> AsyncIterator[dict[str, Any]]:

@@ -40,6 +40,7 @@ class ChatCall:
     # How the messages prepared for the upstream become the ones sent, when ``messages`` is a view
     # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
     wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    raw_reply: bool = False  # the API sends an OpenAI chat answer as is, so may get it as bytes (relay)
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Preparer:
         self.scales = {m.model_name: 1 + model_tokens.margin(m, self.settings[m.model_name])
                        for m in self.config.model_list}
         self.counters = model_tokens.server_counters(self.config.model_list)
+        self.entries = {m.model_name: m for m in self.config.model_list}
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         if self.prefixes is None:
             cache_bytes = self.config.general_settings.prefix_cache_bytes
@@ -72,7 +74,7 @@ class Preparer:
             await counter.aclose()
 
     def entry(self, model: str) -> ModelEntry:
-        entry = self.config.model(model)
+        entry = self.entries.get(model)
         if entry is None:
             raise ModelNotFound(f"The model `{model}` does not exist on this gateway.", param="model")
         return entry
