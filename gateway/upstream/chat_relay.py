@@ -36,6 +36,7 @@ import httpx
 import litellm
 import openai
 import orjson
+from litellm.litellm_core_utils.exception_mapping_utils import ExceptionCheckers
 from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig, OpenAIUnknownModelConfig
 from litellm.utils import ProviderConfigManager
 
@@ -277,6 +278,13 @@ def status_error(route: Route, response: aiohttp.ClientResponse, raw: bytes) -> 
     except ValueError:
         message = text or f"Error code: {status}"
     data = payload.get("error", payload) if isinstance(payload, dict) else payload
+    if status == 400 and ExceptionCheckers.is_error_str_context_window_exceeded(text):
+        # LiteLLM turns these into its ContextWindowExceededError (code context_length_exceeded,
+        # which clients look for), with the upstream's message: the same on this path.
+        inner = data.get("message") if isinstance(data, dict) else None
+        return map_error(litellm.ContextWindowExceededError(
+            message=f"ContextWindowExceededError: OpenAIException - {inner or message}",
+            model=route.model, llm_provider="openai", response=answer))
     fallback = openai.InternalServerError if status >= 500 else openai.APIStatusError
     kind = STATUS_ERRORS.get(status) or fallback
     return map_error(kind(message, response=answer, body=data))

@@ -14,7 +14,8 @@ tests never race on shared state:
 * ``mode-422``: 422 with a FastAPI ``{"detail": [...]}`` body, as a FastAPI server rejects a bad role
 * ``mode-400``, ``mode-404``: that status with an OpenAI ``invalid_request_error`` body
 * ``mode-status-NNN``: status NNN with an OpenAI error body (503: with ``Retry-After: 3``);
-  ``mode-text-NNN``: status NNN with a plain-text body (a proxy's error page)
+  ``mode-text-NNN``: status NNN with a plain-text body (a proxy's error page);
+  ``mode-context-400``: llama.cpp's 400 for a prompt longer than its window
 * ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
 * ``mode-slowstream``: for ``stream=True``, a chunk every 100 ms for a minute; the time the client
   closed the connection is kept in ``Recorded.closed_at``
@@ -173,6 +174,11 @@ class FakeUpstream:
             error = {"message": f"Upstream status {status}.", "type": "upstream_error", "param": None,
                      "code": f"status_{status}"}
             _write_json(writer, status, {"error": error}, {"Retry-After": "3"} if status == 503 else None)
+            return True
+        if mode == "mode-context-400":  # llama.cpp's own refusal of a prompt over its window
+            error = {"code": 400, "type": "exceed_context_size_error", "message": "request (36365 tokens) "
+                     "exceeds the available context size (8192 tokens), try increasing it"}
+            _write_json(writer, 400, {"error": error})
             return True
         if mode in ("mode-400", "mode-404"):
             status = int(mode[-3:])

@@ -78,6 +78,7 @@ def _config(base: str, canned_port: int, *, raw_relay: bool) -> dict[str, Any]:
         model("canned", "canned", canned_base), model("canned-no-done", "no-done", canned_base),
         model("status-401", "mode-status-401", base), model("status-408", "mode-status-408", base),
         model("status-503", "mode-status-503", base), model("text-502", "mode-text-502", base),
+        model("context-400", "mode-context-400", base),
         model("vllm", "echo", base, litellm_params={"model": "hosted_vllm/echo"}),
         model("o-series", "echo", base, litellm_params={"model": "openai/o3-mini"}),
         model("retrying", "echo", base, litellm_params={"max_retries": 1}),
@@ -244,7 +245,8 @@ def test_the_upstream_receives_the_same_request(relay_url: str, litellm_url: str
 
 
 ERROR_MODELS = ["rate-limited", "broken", "refuses-400", "refuses-404", "refuses-422", "llama-invalid",
-                "status-401", "status-408", "status-503", "text-502", "slow", "dropper", "unreachable"]
+                "status-401", "status-408", "status-503", "text-502", "context-400", "slow", "dropper",
+                "unreachable"]
 
 
 # LiteLLM keeps no error body for these statuses (its exception mapping), so its path answers with
@@ -272,6 +274,9 @@ def test_upstream_errors_are_the_same_on_both_paths(relay_url: str, litellm_url:
         assert relayed == through_litellm
     assert relayed[0] >= 400 and set(relayed[1]["error"]) == {"message", "type", "param", "code"}
     assert _calls(relay_url, name, "relay") > 0
+    if name == "context-400":  # clients look for this code to shorten their prompt
+        assert (relayed[1]["error"]["type"], relayed[1]["error"]["code"]) == (
+            "invalid_request_error", "context_length_exceeded")
 
 
 def test_an_error_midway_through_a_stream_is_the_same_final_event(relay_url: str, litellm_url: str) -> None:
