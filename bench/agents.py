@@ -20,9 +20,11 @@ index ``k`` that follows a ``tool`` or ``user`` message, the client sends ``mess
 
 Cost: ``bench.conversation``'s ``priced`` on each request's cl100k tokens (``rendered`` per message: role
 marker, then its text, then its tool calls' names and arguments), per trajectory, summed, relative to
-``none``. Evidence: an entry's ``text`` occurs (whitespace normalised) in what the upstream received for
-request ``k`` (contents and tool-call arguments); strict evidence: only entries with ``origin == "tool"``,
-not ``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
+``none`` (``--content-only``: contents only, as ``bench.conversation`` prices a chat; tool definitions are
+never priced, and a step the gateway refused prices nothing: it is counted under errors). Evidence: an
+entry's ``text`` occurs (whitespace normalised) in what the upstream received for request ``k`` (contents
+and tool-call arguments); strict evidence: only entries with ``origin == "tool"``, not
+``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
 pair up (:func:`pairing_problems`). Errors: answers other than 200. Writes ``bench/out/agents.json`` and
 ``agents.png`` (cost against strict evidence; ``--publish`` also copies the PNG to ``bench/plots/``).
 """
@@ -37,7 +39,6 @@ import re
 import shutil
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -128,7 +129,8 @@ class Trajectory:
     def steps(self) -> list[int]:
         """Every assistant message index that follows a tool or user message: one request each."""
         ms = self.messages
-        return [k for k in range(1, len(ms)) if ms[k]["role"] == "assistant" and ms[k - 1]["role"] in ("tool", "user")]
+        return [k for k in range(1, len(ms))
+                if ms[k]["role"] == "assistant" and ms[k - 1]["role"] in ("tool", "user")]
 
 
 def trajectories(path: Path | None = None) -> list[Trajectory]:
@@ -138,8 +140,8 @@ def trajectories(path: Path | None = None) -> list[Trajectory]:
         if line.strip():
             row = json.loads(line)
             evidence = {s["msg_index"]: s["evidence"] for s in row["steps"]}
-            out.append(Trajectory(row["id"], row["framework"].split()[0], row["messages"], row.get("tools") or [],
-                                  evidence))
+            out.append(Trajectory(row["id"], row["framework"].split()[0], row["messages"],
+                                  row.get("tools") or [], evidence))
     return out
 
 
@@ -155,7 +157,8 @@ def quick(runs: list[Trajectory]) -> list[Trajectory]:
 # -- client-side baselines --------------------------------------------------------------------
 
 
-def head_tail(messages: list[Message], above: int = HEAD_TAIL_ABOVE, keep: int = HEAD_TAIL_KEEP) -> list[Message]:
+def head_tail(messages: list[Message], above: int = HEAD_TAIL_ABOVE,
+              keep: int = HEAD_TAIL_KEEP) -> list[Message]:
     """Each tool output over ``above`` chars keeps its first and last ``keep`` (cut once, when it arrives)."""
     out = []
     for m in messages:
@@ -180,7 +183,8 @@ def mask(messages: list[Message], keep: int = MASK_KEEP) -> list[Message]:
     return out
 
 
-def litellm_compressed(messages: list[Message], tools: list[dict[str, Any]]) -> tuple[list[Message], list[dict]]:
+def litellm_compressed(messages: list[Message],
+                       tools: list[dict[str, Any]]) -> tuple[list[Message], list[dict]]:
     """``litellm.compress()`` on the request (trigger 16k, target 8k); its retrieval tool is added."""
     from bench.litellm_compress import compress_chat
 
@@ -217,7 +221,8 @@ def pairing_problems(messages: list[Message]) -> list[str]:
             elif call in answered:
                 problems.append(f"message {i}: a second result for {call}")
             else:
-                problems.append(f"message {i}: result for {call}, which the assistant message before it did not call")
+                problems.append(f"message {i}: result for {call}, "
+                                "which the assistant message before it did not call")
             continue
         if open_calls:
             problems.append(f"message {i}: {role} message before the results of {', '.join(open_calls)}")
@@ -269,7 +274,8 @@ def _strings(value: Any) -> Iterator[str]:
 class Tokens:
     """cl100k tokens of rendered messages, each message tokenised once (histories are append-only)."""
 
-    def __init__(self) -> None:
+    def __init__(self, calls: bool = True) -> None:
+        self.calls = calls  # False: contents only, as bench.conversation.rendered reads a message
         self._cache: dict[bytes, np.ndarray] = {}
         self._text: dict[bytes, str] = {}
 
@@ -279,14 +285,15 @@ class Tokens:
 
     @staticmethod
     def _key(m: Message) -> bytes:
-        return hashlib.blake2b(json.dumps(m, sort_keys=True, ensure_ascii=False).encode(), digest_size=16).digest()
+        text = json.dumps(m, sort_keys=True, ensure_ascii=False)
+        return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
     def request(self, messages: list[Message]) -> np.ndarray:
         parts = []
         for m in messages:
             key = self._key(m)
             if key not in self._cache:
-                view = {"role": m.get("role", ""), "content": message_text(m)}
+                view = {"role": m.get("role", ""), "content": message_text(m)} if self.calls else m
                 self._cache[key] = rendered([view]).astype(np.int32)
             parts.append(self._cache[key])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
@@ -350,7 +357,8 @@ def through_gateway(http: httpx.Client, upstream: FakeUpstream, messages: list[M
     return Sent(seen, 200, "", headers)
 
 
-def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent], tokens: Tokens) -> dict[str, Any]:
+def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent],
+           tokens: Tokens) -> dict[str, Any]:
     """Every step of one run: what was sent, priced per request, evidence per step."""
     tokens.clear()  # messages never recur across runs; this bounds the cache
     sent_tokens: list[np.ndarray] = []
@@ -371,15 +379,20 @@ def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent], t
                       "error": sent.error, "action": (sent.headers or {}).get("x-mixpr-action"),
                       "reset": (sent.headers or {}).get("x-mixpr-reset") == "true"})
     costs = priced(sent_tokens)
+    at = 0
+    for step in steps:  # each step's own requests' prices (what the provider read from its cache)
+        mine, at = costs[at : at + step["requests"]], at + step["requests"]
+        for key in ("tokens", "openai_cached", "anthropic_cached"):
+            step[key] = sum(c[key] for c in mine)
     return {"id": run.id, "framework": run.framework, "steps": steps,
             "tokens": sum(c["tokens"] for c in costs), "openai": sum(c["openai"] for c in costs),
             "anthropic": sum(c["anthropic"] for c in costs)}
 
 
 def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str, Any]],
-                max_tokens: int | None) -> dict[str, Any]:
+                max_tokens: int | None, price_calls: bool = True) -> dict[str, Any]:
     started = time.perf_counter()
-    tokens = Tokens()
+    tokens = Tokens(price_calls)
     results = []
     if name in CLIENT:
         client = CLIENT[name]
@@ -392,9 +405,12 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
             _progress(name, run, results[-1], started)
     else:
         with gateway(overlays[name]) as (http, upstream):
+
+            def post(messages: list[Message], tools: list[dict]) -> Sent:
+                return through_gateway(http, upstream, messages, tools, max_tokens)
+
             for run in runs:
-                results.append(replay(run, lambda ms, tools: through_gateway(http, upstream, ms, tools, max_tokens),
-                                      tokens))
+                results.append(replay(run, post, tokens))
                 _progress(name, run, results[-1], started)
     return {"setting": name, "label": LABELS.get(name, f"gateway, {name}"), "config": overlays.get(name),
             "runs": results, "seconds": time.perf_counter() - started}
@@ -446,12 +462,13 @@ def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]
         if ref:
             for key in ("tokens", "openai", "anthropic"):
                 t[f"{key}_x"] = t[key] / ref[key]
-        cells = [f"{t[f'{key}_x']:.2f}" if ref else f"{t[key] / 1e6:.2f}M" for key in ("tokens", "openai", "anthropic")]
+        cells = [f"{t[f'{key}_x']:.2f}" if ref else f"{t[key] / 1e6:.2f}M"
+                 for key in ("tokens", "openai", "anthropic")]
         lines.append(f"| {r['label']} | {cells[0]} | {cells[1]} | {cells[2]} | {t['evidence']:.2f} | "
                      f"{t['strict']:.2f} | {t['invalid']} | {t['errors']} |")
     n = next(iter(by.values()))
     notes = [f"\n{n['steps']} requests, {n['evidence_n']} evidence entries, {n['strict_n']} strict; "
-             + ("costs relative to the first row" if ref else "costs in millions of tokens (no reference row)")]
+             + ("costs relative to no gateway" if ref else "costs in millions of tokens (no reference row)")]
     for r in results:
         t = by[r["setting"]]
         if t["errors"]:
@@ -476,7 +493,7 @@ def plot(results: list[dict[str, Any]], by: dict[str, dict[str, Any]], path: Pat
             ax.scatter([x], [t["strict"]], s=60, color=f"C{i}", label=r["label"])
             ax.annotate(r["setting"], (x, t["strict"]), textcoords="offset points", xytext=(6, 4), fontsize=8)
         ax.set_xlabel(f"cost, {rule}-style" + (" (x no gateway)" if ref else " (M tokens)"))
-        ax.set_title(f"{rule.capitalize()}-style prompt caching", fontsize=10)
+        ax.set_title(f"{'OpenAI' if rule == 'openai' else 'Anthropic'}-style prompt caching", fontsize=10)
         ax.grid(alpha=0.3)
         ax.set_ylim(-0.02, 1.05)
     axes[0].set_ylabel("strict evidence kept")
@@ -519,6 +536,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--limit", type=int, help="only the first N runs of the file")
     parser.add_argument("--quick", action="store_true", help="the shortest run of each framework")
     parser.add_argument("--max-tokens", type=int, default=None, help="max_tokens sent to the gateway (none)")
+    parser.add_argument("--content-only", action="store_true",
+                        help="price message contents only, not the tool calls' names and arguments")
     parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
     parser.add_argument("--out", type=Path, default=OUT, help="where agents.json and agents.png go")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
@@ -537,7 +556,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     started = time.perf_counter()
     print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
           file=sys.stderr, flush=True)
-    results = [run_setting(name, runs, overlays, args.max_tokens) for name in names]
+    results = [run_setting(name, runs, overlays, args.max_tokens, not args.content_only) for name in names]
     text, by = table(results)
     seconds = time.perf_counter() - started
     print(text)

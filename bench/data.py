@@ -1,7 +1,8 @@
 """Where the shared benchmark data lives, and cached loaders for it.
 
 CI clones the repo with ``../shared`` beside it, so the default data dir is ``<repo>/../shared/data``;
-``MIXPR_DATA_DIR`` overrides it.
+``MIXPR_DATA_DIR`` overrides it. Without it the benches stop (their figures are the real data's); only
+the self-checks in bench/tests run on a stand-in from the standard library (bench/tests/standin.py).
 """
 
 from __future__ import annotations

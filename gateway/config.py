@@ -23,6 +23,8 @@ DEFAULT_MAX_INPUT_TOKENS = 8192  # when neither the config nor LiteLLM's model m
 Route = Literal["auto", "heuristic", "local", "global"]
 # "auto": keep what the window leaves, up to max_budget_tokens; a number: a cost budget.
 Budget = Annotated[int, Field(ge=16)] | Literal["auto"]
+# Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
+ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
 
 
 class ConfigError(ValueError):
@@ -190,6 +192,9 @@ class GeneralSettings(_Strict):
     min_body_bytes_per_s: int = Field(16 * 1024, ge=1)
     # JSON objects and arrays in one body (messages, content parts, tools ...): bounds per-request work.
     max_body_objects: int = Field(20_000, ge=100)
+    # Passthrough chat requests to OpenAI-compatible upstreams go as bytes, not through LiteLLM
+    # (gateway.upstream.chat_relay); false: every request through LiteLLM.
+    raw_relay: bool = True
 
     @field_validator("master_key")
     @classmethod

@@ -72,6 +72,15 @@ class Metrics:
         self.upstream_cached_tokens = Counter("mixpr_upstream_cached_tokens", "Prompt tokens the upstream "
                                               "reported read from (or written to) its prompt cache",
                                               ["model", "kind"], registry=r)
+        self.guardrail_failed_open = Counter("mixpr_guardrail_failed_open", "LiteLLM plug-in requests "
+                                             "forwarded as they came because compressing failed, by cause",
+                                             ["cause"], registry=r)
+        self.guardrail_kept_whole = Counter("mixpr_guardrail_kept_whole", "Messages the LiteLLM plug-in sent "
+                                            "whole because LiteLLM cannot write their text back in place",
+                                            ["reason"], registry=r)
+        self.upstream_calls = Counter("mixpr_upstream_calls", "Chat calls forwarded upstream, by how: "
+                                      "relay (the request's bytes, gateway.upstream.chat_relay) or litellm",
+                                      ["model", "via"], registry=r)
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",
                                          ["model", "escalated_to"], registry=r)

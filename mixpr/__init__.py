@@ -86,6 +86,8 @@ def compress(
     ``query`` is then what the text answers (a tool call, the agent's words, the task), outside
     ``text``, and every cut leaves a marker naming the omitted lines (and ``source``, the file the
     text shows, when the caller knows it and the text does not say). ``None``: today's behaviour.
+    A caller that budgets by kind (file views kept more than logs) asks ``mixpr.kinds.resolve``
+    first and passes the kind it found.
     """
     if kind is not None or query or source is not None:
         return _compress_kind(text, budget_tokens, kind, query, source, model, original_tokens,
@@ -134,13 +136,15 @@ def _compress_kind(text, budget_tokens, kind, query, source, model, original_tok
         return Compressed(text, [(0, len(text))] if text else [], stats)
     kept, spans, found = clock.run(
         "rank", outputs.compress_blocks, text, kind=kind, query=query, source=source,
-        budget_tokens=budget_tokens, model=model,
+        budget_tokens=budget_tokens, model=model, tokens=original_tokens,
     )  # fmt: skip
-    stats.update(found, kept_tokens=count_tokens(kept, model), timings_ms=clock.timings())
+    stats.update(found, timings_ms=clock.timings())
     return Compressed(kept, spans, stats)
 
 
 def _validate_kind(kind, budget_tokens, others) -> None:
+    if kind is None:
+        raise ValueError("query and source describe typed content: give kind too (e.g. kind='auto')")
     if kind not in kinds.KINDS:
         raise ValueError(f"kind must be one of {', '.join(kinds.KINDS)}; got {kind!r}")
     if not isinstance(budget_tokens, int) or budget_tokens < 1:

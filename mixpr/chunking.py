@@ -12,6 +12,9 @@ lists stay whole and are cut into 32-word runs instead. Newline-separated lists
 keep one chunk per line on purpose: lines are the natural units of code, logs
 and key-value dumps (Hash-Hop), and merging unrelated lines blurs the graph.
 ``bench/speed.py`` reports the chunk counts of both kinds of flood.
+
+Tool outputs (code views, logs, JSON, grep output, diffs) are cut by ``mixpr.kinds`` instead, one
+module per kind, into blocks of whole lines (``compress(kind=...)``).
 """
 
 from __future__ import annotations

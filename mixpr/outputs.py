@@ -37,16 +37,28 @@ MARKER_TOKENS = 16
 
 
 def compress_blocks(
-    text: str, *, kind: str, query: str, source: str | None, budget_tokens: int, model: str | None
+    text: str,
+    *,
+    kind: str,
+    query: str,
+    source: str | None,
+    budget_tokens: int,
+    model: str | None,
+    tokens: int,
 ) -> tuple[str, list[tuple[int, int]], dict]:
-    """The kept text (markers included, within ``budget_tokens`` unless the pinned blocks alone are
-    larger), the kept blocks' spans in ``text``, and stats."""
+    """The kept text (markers included, within ``budget_tokens`` unless one block alone is larger),
+    the kept blocks' spans in ``text``, and stats. ``tokens``: the text's own token count."""
     found = kinds.resolve(text, kind)
     blocks = kinds.split(text, found, source)
     scores = block_scores(blocks, query)
-    keep, kept = _fit(blocks, scores, budget_tokens, model)
+    keep, kept, kept_tokens = _fit(blocks, scores, budget_tokens, model, tokens / max(1, len(text)))
     spans = list(zip(blocks.starts[keep].tolist(), blocks.ends[keep].tolist(), strict=True))
-    stats = {"kind": found, "original_chunks": len(blocks), "kept_chunks": len(keep)}
+    stats = {
+        "kind": found,
+        "original_chunks": len(blocks),
+        "kept_chunks": len(keep),
+        "kept_tokens": kept_tokens,
+    }
     return kept, spans, stats
 
 
@@ -56,14 +68,12 @@ def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
     if counts.shape[1] == 0:
         return blocks.pinned.astype(np.float64)
     W = bm25(counts)
-    common = experts.rare_words(W, share=COMMON_SHARE, at_least=1)
-    asked_rare = np.zeros(W.shape[1])
-    asked_rare[common] = np.log1p(asked[common])
-    relevance = np.asarray(W @ asked_rare).ravel()
+    uncommon = experts.rare_words(W, share=COMMON_SHARE, at_least=1)
+    relevance = _relevance(W, asked, uncommon)
     central = pagerank.factorised(unit_rows(tfidf(counts)), np.ones(len(blocks)), 0.0)
     ranked = [relevance]
     if relevance.sum() > 0:
-        graph = unit_rows(W[:, common].tocsr())
+        graph = unit_rows(W[:, uncommon].tocsr())
         ranked.append(pagerank.factorised(graph, relevance, LOCAL_ALPHA))
         ranked.append(pagerank.along_chain(relevance, CHAIN_ALPHA))
     scores = experts.fuse_ranks(*ranked) + GLOBAL_WEIGHT * experts.fuse_ranks(central)
@@ -72,12 +82,19 @@ def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
     return scores + blocks.pinned * (scores.max() + 1.0)  # each pinned level above all below it
 
 
-def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | None):
-    """Best blocks first within the budget, recounted exactly with their markers; the estimate of
-    tokens per character is corrected each round, then the worst blocks go until it fits."""
+def _relevance(W, asked: np.ndarray, uncommon: np.ndarray) -> np.ndarray:
+    """BM25 match of each block with the query's uncommon words; a word the query repeats (the task
+    and the call both name it) counts more, but only logarithmically."""
+    weights = np.zeros(W.shape[1])
+    weights[uncommon] = np.log1p(asked[uncommon])
+    return np.asarray(W @ weights).ravel()
+
+
+def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | None, per_char: float):
+    """Best blocks first within the budget, recounted exactly with their markers; the room is
+    corrected each round by the exact count, then the worst blocks go until it fits."""
     sizes = (blocks.ends - blocks.starts).astype(np.float64)
     order = np.argsort(-scores, kind="stable")
-    per_char = count_tokens(blocks.text, model) / max(1, len(blocks.text))
     room = float(budget)
     for _ in range(FIT_ROUNDS):
         taken = max(1, int(np.searchsorted(np.cumsum(sizes[order] * per_char), room, side="right")))
@@ -85,7 +102,7 @@ def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | Non
         kept = markers.assemble(blocks, keep)
         tokens = count_tokens(kept, model)
         if 0.97 * budget <= tokens <= budget:
-            return keep, kept
+            return keep, kept, tokens
         room *= budget / max(1, tokens)
     while tokens > budget and taken > 1:  # drop about the excess at once: a few recounts, not one per block
         excess = np.cumsum(sizes[order[:taken]][::-1] * per_char)
@@ -93,7 +110,7 @@ def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | Non
         keep = filled(np.sort(order[:taken]), sizes * per_char)
         kept = markers.assemble(blocks, keep)
         tokens = count_tokens(kept, model)
-    return keep, kept
+    return keep, kept, tokens
 
 
 def filled(keep: np.ndarray, cost: np.ndarray) -> np.ndarray:

@@ -1,33 +1,49 @@
 """Anthropic ``POST /v1/messages``, served by any configured model.
 
-The request becomes OpenAI chat messages with LiteLLM's Anthropic adapter (``system`` becomes a
-system message, ``tool_use`` blocks become tool calls and ``tool_result`` blocks tool messages),
-so its text blocks are compressed exactly as chat messages would be. The chat completion, or its
-chunks, goes back through the same adapter into an Anthropic message or Anthropic SSE events.
+What MixPR compresses is a view of the request's blocks (``gateway.api.anthropic_blocks``), never a
+translation of it, so nothing the client sent is lost on the way:
+
+* to an Anthropic model, the client's own request is relayed (``gateway.upstream.relay``) with
+  only the compressed texts and the model name changed: every block, flag and field, the
+  ``anthropic-beta`` header, and the upstream's answer, events and errors as they are;
+* to any other model, each block takes its closest OpenAI chat form (``anthropic_blocks.to_openai``)
+  and the request goes through LiteLLM; the chat completion, or its chunks, comes back through
+  LiteLLM's Anthropic adapter as an Anthropic message or Anthropic SSE events. Fields only
+  Anthropic takes (``context_management``) are dropped with a log line.
+
 Errors on these paths are rendered in Anthropic's shape by ``gateway.app``'s error handlers.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
+import litellm
 from fastapi import APIRouter, Request
 from litellm import ModelResponse, ModelResponseStream
 from litellm.llms.anthropic.pass_through.adapters.transformation import AnthropicAdapter
+from litellm.utils import supports_mid_conversation_system
 from starlette.responses import JSONResponse, Response
 
+from gateway.api import anthropic_blocks as blocks
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
-from gateway.core.chat import ChatCall
+from gateway.core.chat import ChatCall, report_headers
 from gateway.edge.remote_files import ANTHROPIC, refuse_urls
 from gateway.errors import BadRequest, GatewayError
+from gateway.run import offload
+from gateway.upstream import forward, relay
 
 log = logging.getLogger("gateway.api.anthropic_messages")
 
 router = APIRouter()
 
+# Request fields only Anthropic's API takes: relayed to Anthropic models, dropped (and logged) for others.
+ANTHROPIC_ONLY = ("context_management", "container", "mcp_servers", "service_tier")
 PATHS = frozenset({"/v1/messages", "/messages"})
 # Anthropic's error type for each status it uses (and the gateway's own 502/503/504).
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -46,6 +62,15 @@ def error_json(message: str, status: int) -> dict[str, Any]:
 async def messages(request: Request) -> Response:
     gateway, body = await authorized_body(request)
     call, names = await parsed(parse_request, body, request.headers)
+    entry = gateway.chat.entry(body["model"])
+    if relay.is_anthropic(entry):
+        return await _relayed(gateway, call, body, entry, request)
+    if forward.downloads_image_urls(entry.upstream_model):
+        refuse_urls(body["messages"], ANTHROPIC, images=True)
+    mid_system = _takes_mid_system(entry.upstream_model)
+    # Refused before any compression when a block has no OpenAI form (an unknown type).
+    await offload.inline_or_run(offload.is_big(body), blocks.to_openai, body, mid_system=mid_system)
+    call = replace(call, wire=functools.partial(_openai_messages, body, mid_system=mid_system))
     reply = await gateway.chat.run(call)
     adapter = AnthropicAdapter()
     if reply.chunks is not None:
@@ -59,100 +84,64 @@ async def messages(request: Request) -> Response:
 
 
 def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
-    """The Messages request as a chat call, and the adapter's map of shortened tool names."""
+    """The Messages request as a chat call over its view (``anthropic_blocks.view``), and the
+    adapter's map of shortened tool names."""
     _validate(body)
     refuse_urls(body["messages"], ANTHROPIC)
     control = parse_control(body.get("mixpr"), headers)
-    request = {k: v for k, v in body.items() if k not in ("mixpr", "stream")}
+    # LiteLLM's adapter translates the parameters (tools, tool_choice, thinking, stop_sequences,
+    # metadata ...); the messages are ``anthropic_blocks``' job, so it is given a placeholder.
+    request = {k: v for k, v in body.items() if k not in ("mixpr", "stream", "system", "messages")}
+    request["messages"] = [{"role": "user", "content": "."}]
     try:
         chat, names = AnthropicAdapter().translate_completion_input_params_with_tool_mapping(request)
-    except Exception as exc:  # the adapter rejects malformed blocks in its own ways
-        raise BadRequest(f"'messages' could not be read as Anthropic messages ({type(exc).__name__}).",
+    except Exception as exc:  # the adapter rejects malformed fields in its own ways
+        raise BadRequest(f"The request could not be read as an Anthropic request ({type(exc).__name__}).",
                          param="messages") from None
-    messages = [{k: v for k, v in m.items() if v is not None or k == "content"} for m in chat["messages"]]
-    _keep_cache_control(body, messages)
-    params = {k: v for k, v in chat.items() if k not in ("model", "messages", "stream")}
+    params = {k: v for k, v in chat.items() if k not in ("model", "messages", "stream", *ANTHROPIC_ONLY)}
     if body.get("stream"):  # message_delta reports the usage, so ask the upstream for it
         params["stream_options"] = {"include_usage": True}
-    call = ChatCall(model=body["model"], messages=messages, params=params, control=control,
-                    stream=bool(body.get("stream")), verbatim_ids=_error_results(body))
+    call = ChatCall(model=body["model"], messages=blocks.view(body), params=params, control=control,
+                    stream=bool(body.get("stream")))
     return call, names
 
 
-def _keep_cache_control(body: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-    """Put the client's ``cache_control`` markers back where they were: LiteLLM's adapter drops
-    them, and they are how a client asks Anthropic to cache a prompt's prefix. A marked text block
-    is found in order (a marker whose text the adapter merged away is skipped, not the ones after
-    it); a marked ``tool_result`` goes on its tool message's last text part."""
-    texts, results = _marked_blocks(body)
-    for message in messages:
-        marker = results.get(message.get("tool_call_id")) if message.get("role") == "tool" else None
-        if marker is not None:
-            message["content"] = _with_marker(message.get("content"), marker)
-    at = 0
-    for text, marker in texts:
-        found = _find_text(messages, at, text)
-        if found is not None:
-            at = found + 1
-            message = messages[found]
-            message["content"] = [_marked(p, text, marker) for p in _as_parts(message["content"])]
+def _openai_messages(body: dict[str, Any], sent: list[dict[str, Any]], *,
+                     mid_system: bool) -> list[dict[str, Any]]:
+    """What an OpenAI chat upstream gets: the client's blocks with the compressed texts, in OpenAI forms."""
+    dropped = sorted(k for k in ANTHROPIC_ONLY if k in body)
+    if dropped:
+        log.info("anthropic-only fields dropped for a chat upstream: %s", ", ".join(dropped))
+    return blocks.to_openai(blocks.write_back(body, sent), mid_system=mid_system)
 
 
-def _find_text(messages: list[dict[str, Any]], start: int, text: str) -> int | None:
-    """The first message from ``start`` (not a tool result) with an unmarked part of exactly ``text``."""
-    for index in range(start, len(messages)):
-        if messages[index].get("role") == "tool":
-            continue
-        if any(_unmarked(p, text) for p in _as_parts(messages[index].get("content"))):
-            return index
-    return None
+async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: Any,
+                   request: Request) -> Response:
+    """Compress the view, put what was kept back into the client's own request, and relay it."""
+    outcome = await gateway.chat.prepare(call)
+    sent = blocks.write_back(body, outcome.messages)
+    payload = {k: v for k, v in sent.items() if k != "mixpr"}
+    payload["model"] = relay.model_name(entry)
+    timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s
+    reply = await relay.send(entry, payload, request.headers, query=request.url.query, timeout=float(timeout))
+    headers = {**{k: v for k, v in reply.headers.items() if k.lower() != "content-type"},
+               **report_headers(outcome)}
+    media = reply.headers.get("content-type") or reply.headers.get("Content-Type")
+    if reply.stream is not None:
+        return event_stream(reply.stream, headers)
+    if reply.status < 400:
+        gateway.metrics.record_usage(entry.model_name, relay.usage(reply.content))
+    return Response(reply.content, status_code=reply.status, media_type=media or "application/json",
+                    headers=headers)
 
 
-def _as_parts(content: Any) -> list[Any]:
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return list(content) if isinstance(content, list) else []
-
-
-def _unmarked(part: Any, text: str) -> bool:
-    return (isinstance(part, dict) and part.get("type") == "text" and part.get("text") == text
-            and "cache_control" not in part)
-
-
-def _marked(part: Any, text: str, marker: Any) -> Any:
-    return {**part, "cache_control": marker} if _unmarked(part, text) else part
-
-
-def _with_marker(content: Any, marker: Any) -> Any:
-    parts = _as_parts(content)
-    texts = [i for i, p in enumerate(parts) if isinstance(p, dict) and p.get("type") == "text"]
-    if not texts:
-        return content
-    last = texts[-1]
-    parts[last] = {**parts[last], "cache_control": marker}
-    return parts
-
-
-def _marked_blocks(body: dict[str, Any]) -> tuple[list[tuple[str, Any]], dict[str, Any]]:
-    """(text, cache_control) of every marked text block, system first, in order; and the markers of
-    ``tool_result`` blocks by their ``tool_use_id``."""
-    system = body.get("system")
-    blocks = [*(system if isinstance(system, list) else [])]
-    for message in body["messages"]:
-        blocks += message["content"] if isinstance(message["content"], list) else []
-    blocks = [b for b in blocks if isinstance(b, dict) and b.get("cache_control")]
-    texts = [(b["text"], b["cache_control"]) for b in blocks
-             if b.get("type") == "text" and isinstance(b.get("text"), str)]
-    results = {b.get("tool_use_id"): b["cache_control"] for b in blocks if b.get("type") == "tool_result"}
-    return texts, results
-
-
-def _error_results(body: dict[str, Any]) -> frozenset[str]:
-    """The ``tool_use_id`` of every ``tool_result`` the client marked ``is_error``: sent whole (the
-    adapter drops the flag, and an agent's next step reads the error)."""
-    return frozenset(b["tool_use_id"] for m in body["messages"] if isinstance(m["content"], list)
-                     for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
-                     and b.get("is_error") and isinstance(b.get("tool_use_id"), str))
+def _takes_mid_system(model: str) -> bool:
+    """Whether LiteLLM's model map says ``model`` accepts a system message after the first one."""
+    try:
+        name, provider, _, _ = litellm.get_llm_provider(model)
+        return bool(supports_mid_conversation_system(name, provider))
+    except Exception:  # an unknown model: assume only a leading system prompt
+        return False
 
 
 def _validate(body: Any) -> None:
@@ -166,10 +155,13 @@ def _validate(body: Any) -> None:
     if not isinstance(messages, list) or not messages:
         raise BadRequest("messages: must be a non-empty list of messages")
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise BadRequest(f"messages.{i}.role: must be 'user' or 'assistant'")
+        # A ``system`` message inside ``messages``: Claude Code sends its environment that way.
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant", "system"):
+            raise BadRequest(f"messages.{i}.role: must be 'user', 'assistant' or 'system'")
         if not isinstance(message.get("content"), str | list):
             raise BadRequest(f"messages.{i}.content: must be a string or a list of content blocks")
+        if isinstance(message["content"], list) and not all(isinstance(b, dict) for b in message["content"]):
+            raise BadRequest(f"messages.{i}.content: every content block must be an object")
     system = body.get("system")
     if system is not None and not isinstance(system, str | list):
         raise BadRequest("system: must be a string or a list of text blocks")

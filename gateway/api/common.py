@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -10,16 +9,12 @@ from typing import Any, TypeVar
 from fastapi import Request
 from starlette.responses import StreamingResponse
 
-from gateway.compress.policy import AUTO, Control
+from gateway.compress.policy import is_int_at_least, parse_control  # noqa: F401  (the adapters read them here)
 from gateway.edge.body import read_json
-from gateway.errors import BadRequest, Unauthorized
+from gateway.errors import Unauthorized
 from gateway.run import offload
-from mixpr import ROUTES
 
 T = TypeVar("T")
-CONTROL_KEYS = ("enabled", "route", "budget_tokens")
-MIN_BUDGET = 16
-_DIGITS = re.compile("[0-9]{1,18}")
 # Proxies must neither cache nor buffer a stream of server-sent events.
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -54,51 +49,6 @@ async def parsed(parse: Callable[[Any, Any], T], body: Any, headers: Mapping[str
     """``parse(body, headers)``, the API's validation and translation of the request: per-part work,
     so done in a worker thread for a body of many messages or parts (``gateway.run.offload``)."""
     return await offload.inline_or_run(offload.is_big(body), parse, body, headers)
-
-
-def parse_control(field: Any, headers: Mapping[str, str]) -> Control:
-    """Per-request switches: the ``mixpr`` body field, else the ``x-mixpr-*`` headers."""
-    raw: dict[str, Any] = {}
-    for key in CONTROL_KEYS:
-        header = headers.get("x-mixpr-" + key.replace("_", "-"))
-        if header is not None:
-            raw[key] = _from_header(key, header)
-    if field is not None:
-        if not isinstance(field, dict):
-            raise BadRequest("'mixpr' must be an object.", param="mixpr")
-        unknown = sorted(set(field) - set(CONTROL_KEYS))
-        if unknown:
-            valid = ", ".join(CONTROL_KEYS)
-            raise BadRequest(f"Unknown mixpr option(s): {', '.join(unknown)}; valid: {valid}.",
-                             param=f"mixpr.{unknown[0]}")
-        raw.update(field)
-    return _checked_control(raw)
-
-
-def _from_header(key: str, value: str) -> Any:
-    text = value.strip().lower()
-    if key == "enabled":
-        return {"true": True, "1": True, "false": False, "0": False}.get(text, value)
-    if key == "budget_tokens":
-        # ASCII digits only ("²".isdigit() is true, int() refuses it), and few enough for int().
-        return int(text) if _DIGITS.fullmatch(text) else text if text == AUTO else value
-    return text
-
-
-def _checked_control(raw: dict[str, Any]) -> Control:
-    enabled, route, budget = raw.get("enabled"), raw.get("route"), raw.get("budget_tokens")
-    if enabled is not None and not isinstance(enabled, bool):
-        raise BadRequest("mixpr.enabled must be true or false.", param="mixpr.enabled")
-    if route is not None and route not in ROUTES:
-        raise BadRequest(f"mixpr.route must be one of {', '.join(ROUTES)}.", param="mixpr.route")
-    if budget is not None and budget != AUTO and not is_int_at_least(budget, MIN_BUDGET):
-        raise BadRequest(f"mixpr.budget_tokens must be \"auto\" or an integer >= {MIN_BUDGET}.",
-                         param="mixpr.budget_tokens")
-    return Control(enabled=enabled, route=route, budget_tokens=budget)
-
-
-def is_int_at_least(value: Any, least: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def event_stream(body: Any, headers: Mapping[str, str]) -> StreamingResponse:

@@ -14,6 +14,7 @@ from gateway.api.common import authorized_body, event_stream, is_int_at_least, p
 from gateway.core.chat import ChatCall
 from gateway.edge.remote_files import CHAT, refuse_urls
 from gateway.errors import BadRequest, GatewayError
+from gateway.upstream import forward as upstream
 from gateway.upstream.forward import USER_PART_TYPES
 
 log = logging.getLogger("gateway.api.openai_chat")
@@ -27,7 +28,13 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 async def chat_completions(request: Request) -> Response:
     gateway, body = await authorized_body(request)
     call = await parsed(parse_request, body, request.headers)
+    if upstream.downloads_image_urls(gateway.chat.entry(call.model).upstream_model):
+        refuse_urls(call.messages, CHAT, images=True)
     reply = await gateway.chat.run(call)
+    if reply.events is not None:  # the raw relay's bytes (gateway.upstream.chat_relay)
+        return event_stream(relayed(reply.events), reply.headers)
+    if reply.body is not None:
+        return Response(reply.body, media_type="application/json", headers=reply.headers)
     if reply.chunks is not None:
         return event_stream(sse(reply.chunks), reply.headers)
     return JSONResponse(reply.response, headers=reply.headers)
@@ -46,7 +53,7 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
     control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in body.items() if k not in ("model", "messages", "mixpr", "stream")}
     return ChatCall(model=model, messages=messages, params=params, control=control,
-                    stream=bool(body.get("stream")))
+                    stream=bool(body.get("stream")), raw_reply=True)
 
 
 def validate_messages(messages: Any) -> list[dict[str, Any]]:
@@ -154,3 +161,15 @@ async def sse(chunks: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
         log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
         yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
     yield b"data: [DONE]\n\n"
+
+
+async def relayed(events: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The upstream's events as they came (its ``[DONE]`` included); a failure midway becomes a
+    final error event, then [DONE], as in ``sse``."""
+    try:
+        async for block in events:
+            yield block
+    except GatewayError as error:
+        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+        yield b"data: " + json.dumps(error.to_json()).encode() + b"\n\n"
+        yield b"data: [DONE]\n\n"

@@ -29,6 +29,7 @@ from gateway.api.common import authorized_body, event_stream, is_int_at_least, p
 from gateway.core.chat import ChatCall
 from gateway.edge.remote_files import RESPONSES, refuse_urls
 from gateway.errors import BadRequest, GatewayError
+from gateway.upstream import forward as upstream
 
 log = logging.getLogger("gateway.api.openai_responses")
 
@@ -51,6 +52,9 @@ NOT_FORWARDED = ("model", "messages", "stream", "custom_llm_provider", "extra_he
 async def responses(request: Request) -> Response:
     gateway, body = await authorized_body(request)
     call = await parsed(parse_request, body, request.headers)
+    downloads = upstream.downloads_image_urls(gateway.chat.entry(call.model).upstream_model)
+    if downloads and isinstance(body["input"], list):
+        refuse_urls(body["input"], RESPONSES, images=True)
     reply = await gateway.chat.run(call)
     if reply.chunks is not None:
         events = ResponseStream(body).events(reply.chunks)

@@ -108,15 +108,13 @@ class Compressor:
         control: Control,
         router: Router | None,
         pool: Ticket | None = None,
-        headroom: float = 0.0,
     ) -> Outcome:
         """The messages to forward: unchanged below the trigger, else compressed to fit.
 
-        ``headroom``: the share of the budget to leave free (a conversation's later turns grow into
-        it, ``gateway.compress.history``). ``pool``: a ticket the caller holds across several calls."""
+        ``pool``: a ticket the caller holds across several calls."""
         ticket = pool or Ticket(self)
         try:
-            return await self._prepare(ticket, messages, tools, target, settings, control, router, headroom)
+            return await self._prepare(ticket, messages, tools, target, settings, control, router)
         except JobFailed as exc:  # counting failed, so whether the original fits is unknown
             self._failed(exc.cause)
             raise _unavailable(exc.cause, None, target) from exc
@@ -171,7 +169,6 @@ class Compressor:
         settings: MixprSettings,
         control: Control,
         router: Router | None,
-        headroom: float,
     ) -> Outcome:
         conv, fixed, stream_tokens, passes = await self._measure(pool, messages, tools, target, settings,
                                                                  control)
@@ -180,7 +177,7 @@ class Compressor:
             return Outcome(messages, "passthrough", total, total)
         try:
             counts = (stream_tokens, fixed)
-            return await self._compress(pool, conv, counts, target, settings, control, router, headroom)
+            return await self._compress(pool, conv, counts, target, settings, control, router)
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a bug, a pathological text or a dead worker must not cost an answer
@@ -234,10 +231,9 @@ class Compressor:
         settings: MixprSettings,
         control: Control,
         router: Router | None,
-        headroom: float = 0.0,
     ) -> Outcome:
         stream_tokens, fixed = counts
-        budget = max(1, int(policy.budget(fixed, target, settings, control) * (1 - headroom)))
+        budget = max(1, policy.budget(fixed, target, settings, control))
         route = control.route or settings.router
         key = await self.routes.key(router.name, conv.text) if route == "auto" and router else None
         if key:
@@ -338,7 +334,7 @@ def _warm_up(with_router: bool) -> None:
     count_tokens("warm up", "gpt-4o-mini")
     count_tokens("warm up", None)
     if with_router:
-        from gateway.upstream import forward  # noqa: F401  (a 4 s import, better at start than mid-request)
+        import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
 
 
 def compress_job(
@@ -365,12 +361,12 @@ def _hold_for_tests(suffix: str = "") -> None:
 
 def _ask_router(router: Router, prompt: str) -> str:
     """The router's y/n, asked from the worker; "" on any failure so MixPR uses its heuristic."""
-    from gateway.upstream import forward as upstream  # LiteLLM: imported in the worker only with a router
+    import litellm  # imported in the worker only with a router
 
     messages = [{"role": "user", "content": prompt}]
     kwargs = {**router.kwargs, "messages": messages, "timeout": router.timeout}
     try:
-        return upstream.ask_sync(kwargs)
+        return litellm.completion(**kwargs).choices[0].message.content or ""
     except Exception as exc:
         log.warning("router call to %s failed (%s); using the heuristic", router.name, type(exc).__name__)
         return ""

@@ -55,8 +55,7 @@ class Request:
     settings: MixprSettings
     control: Control
     router: Router | None
-    more_evidence: float = 1.0  # Self-Route's retry asks for more evidence (unused by forms)
-    verbatim_ids: frozenset[str] = frozenset()  # tool results the client marked as errors
+    more_evidence: float = 1.0  # Self-Route's retry: this many times the evidence, on the last message only
 
 
 @dataclass
@@ -142,7 +141,7 @@ class History:
 
     def _plan(self, request: Request) -> _Plan:
         model = request.target.model
-        found = forms.pieces(request.messages, request.verbatim_ids)
+        found = forms.pieces(request.messages)
         tokens = [self._count(p.text, model) for p in found]
         by_message: dict[int, list[int]] = {}
         for number, piece in enumerate(found):
@@ -290,7 +289,7 @@ class History:
         sizes = [self._size(plan, j, level) for j, level in enumerate(scanned.levels)]
         # Compared before the breakpoint is added: a marker that moves along is not a changed byte
         # of the prompt the provider caches.
-        problems = checks.problems(request.messages, sent, request.verbatim_ids)
+        problems = checks.problems(request.messages, sent)
         if problems or final > target.limit:
             return self._fallback(plan, problems, original, final)
         same, basis = self._same(plan, scanned, sent, previous, model_name)

@@ -7,12 +7,19 @@ models read worse past 32-64k tokens); a number is a cost budget and means that 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.config import MixprSettings
-from gateway.errors import ContextLengthExceeded
+from gateway.errors import BadRequest, ContextLengthExceeded
+from mixpr import ROUTES
 
 AUTO = "auto"
+CONTROL_KEYS = ("enabled", "route", "budget_tokens")
+MIN_BUDGET = 16
+_DIGITS = re.compile("[0-9]{1,18}")
 
 
 @dataclass(frozen=True)
@@ -85,3 +92,48 @@ def _no_room(fixed: int, target: Target) -> str:
     return (f"The parts of the prompt that are never compressed (system messages, tool definitions "
             f"and calls, images, message framing) take {fixed} tokens, more than the {target.window} "
             f"the model accepts with {target.reserve} kept for the reply.")
+
+
+def parse_control(field: Any, headers: Mapping[str, str]) -> Control:
+    """Per-request switches: the ``mixpr`` body field, else the ``x-mixpr-*`` headers."""
+    raw: dict[str, Any] = {}
+    for key in CONTROL_KEYS:
+        header = headers.get("x-mixpr-" + key.replace("_", "-"))
+        if header is not None:
+            raw[key] = _from_header(key, header)
+    if field is not None:
+        if not isinstance(field, dict):
+            raise BadRequest("'mixpr' must be an object.", param="mixpr")
+        unknown = sorted(set(field) - set(CONTROL_KEYS))
+        if unknown:
+            valid = ", ".join(CONTROL_KEYS)
+            raise BadRequest(f"Unknown mixpr option(s): {', '.join(unknown)}; valid: {valid}.",
+                             param=f"mixpr.{unknown[0]}")
+        raw.update(field)
+    return _checked_control(raw)
+
+
+def _from_header(key: str, value: str) -> Any:
+    text = value.strip().lower()
+    if key == "enabled":
+        return {"true": True, "1": True, "false": False, "0": False}.get(text, value)
+    if key == "budget_tokens":
+        # ASCII digits only ("²".isdigit() is true, int() refuses it), and few enough for int().
+        return int(text) if _DIGITS.fullmatch(text) else text if text == AUTO else value
+    return text
+
+
+def _checked_control(raw: dict[str, Any]) -> Control:
+    enabled, route, budget = raw.get("enabled"), raw.get("route"), raw.get("budget_tokens")
+    if enabled is not None and not isinstance(enabled, bool):
+        raise BadRequest("mixpr.enabled must be true or false.", param="mixpr.enabled")
+    if route is not None and route not in ROUTES:
+        raise BadRequest(f"mixpr.route must be one of {', '.join(ROUTES)}.", param="mixpr.route")
+    if budget is not None and budget != AUTO and not is_int_at_least(budget, MIN_BUDGET):
+        raise BadRequest(f"mixpr.budget_tokens must be \"auto\" or an integer >= {MIN_BUDGET}.",
+                         param="mixpr.budget_tokens")
+    return Control(enabled=enabled, route=route, budget_tokens=budget)
+
+
+def is_int_at_least(value: Any, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least

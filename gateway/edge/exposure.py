@@ -11,14 +11,16 @@ resolve to 127.0.0.1 so that the browser lets it read the answers.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
-
-from starlette.requests import Request  # FastAPI resolves the dependency's parameter by this type
+from collections.abc import Callable, MutableMapping
+from typing import Any
 
 from gateway.config import ConfigError, GatewayConfig
 from gateway.errors import MisdirectedRequest
 
 
+@functools.lru_cache(maxsize=1024)  # asked for every request's Host; the same few names
 def is_loopback(host: str) -> bool:
     """``localhost``, 127.0.0.0/8 or ::1 (brackets allowed); anything else, names included, is not."""
     name = host.strip().strip("[]").lower()
@@ -50,17 +52,36 @@ def host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
-async def check_host(request: Request) -> None:
-    """Every route's first step: on a loopback-bound gateway, only loopback (or allowed) Host names."""
-    gateway = request.app.state.gateway
-    header = request.headers.get("host")
-    if not gateway.loopback_only or header is None:  # HTTP/1.0 without Host: not a browser
-        return
+def refused_host(header: str | None, allowed: list[str]) -> MisdirectedRequest | None:
+    """Why a loopback-bound gateway refuses this Host header, or None: only loopback (or
+    ``allowed``) names are served."""
+    if header is None:  # HTTP/1.0 without Host: not a browser
+        return None
     name = host_name(header).lower()
-    if is_loopback(name) or name in gateway.config.general_settings.allowed_hosts:
-        return
-    raise MisdirectedRequest(
+    if is_loopback(name) or name in allowed:
+        return None
+    return MisdirectedRequest(
         f"This gateway listens on loopback and answers only to localhost, 127.0.0.1 or [::1], not "
         f"{name[:100]!r} (a proxy in front can keep its upstream's Host, or add the name to "
         f"general_settings.allowed_hosts)."
     )
+
+
+class HostCheck:
+    """``refused_host`` before every request of a loopback-bound gateway (pure ASGI: as a FastAPI
+    dependency on every route it cost a dependency solve per request, issue 23)."""
+
+    def __init__(self, app: Any, allowed: list[str],
+                 respond: Callable[[str, MisdirectedRequest], Any]) -> None:
+        self.app = app
+        self.allowed = allowed
+        self.respond = respond
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            header = next((v for k, v in scope["headers"] if k == b"host"), None)
+            refused = refused_host(header.decode("latin-1") if header is not None else None, self.allowed)
+            if refused is not None:
+                await self.respond(scope["path"], refused)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -7,8 +7,14 @@ gateway's body limits, costs memory and time the request was never charged for, 
 765-token media part. So every API refuses them with a 400 naming the part: send the file's bytes
 (``file_data``, a base64 ``data:`` URL) or the id of a file uploaded to the provider instead.
 
-Image URLs are not file parts: they go to the provider as they are, and the gateway counts each
-image as a fixed 765 tokens (``gateway.compress.conversation``) rather than fetching it to measure it.
+Parts nested inside other parts are walked too: an Anthropic ``tool_result`` (and the ``search_result``
+and content ``document`` blocks inside it), a Responses ``function_call_output`` list. There an image
+URL is refused as well: an image cannot stay inside a tool message on the way to a chat upstream, so
+it is moved to a part that LiteLLM's Anthropic, Gemini and Bedrock transforms download on the event
+loop. A top-level image URL goes to the provider as it is (the gateway counts each image as a fixed
+765 tokens, ``gateway.compress.conversation``, rather than fetching it to measure it), except to a
+provider whose LiteLLM transform downloads it itself (``gateway.upstream.forward.downloads_image_urls``:
+Anthropic through the chat and Responses APIs, Bedrock, Vertex AI / Gemini, Ollama): refused there too.
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ from gateway.errors import BadRequest
 
 CODE = "remote_file_not_supported"
 FILE_FIELDS = ("file_id", "file_data", "file_url")
-# Chat and the guardrail API: messages[0].content[1]; Responses: input[0]...; Anthropic: messages.0...
-CHAT = "messages[{i}].content[{j}]"
-RESPONSES = "input[{i}].content[{j}]"
-ANTHROPIC = "messages.{i}.content.{j}"
+# Where an item (a message, a Responses input item) sits, in each API's own terms; the parts inside
+# it are named after it: messages[0].content[1] (chat), input[0].content[1] (Responses),
+# messages.0.content.1 (Anthropic, dotted).
+CHAT = "messages[{i}]"
+RESPONSES = "input[{i}]"
+ANTHROPIC = "messages.{i}"
+# Lists of parts inside a part or an item: a tool result's or a search result's blocks (Anthropic
+# ``content``), a function call's output (Responses ``output``), a content document's blocks.
+NESTED = ("content", "output")
 
 
 def is_url(value: Any) -> bool:
@@ -49,17 +60,53 @@ def url_field(part: Any) -> str | None:
     return None
 
 
-def refuse_urls(items: Sequence[Any], where: str) -> None:
-    """Raise a 400 for the first file part of ``items`` (messages or input items, each with a list
-    ``content``) that points at a URL; ``where`` formats its position in the API's own terms."""
+def image_url_field(part: Any) -> str | None:
+    """Where an image part (chat ``image_url``, Responses ``input_image``, Anthropic ``image``) holds
+    an http(s) URL; None for inline bytes (a ``data:`` URL, base64) or a file id."""
+    if not isinstance(part, dict):
+        return None
+    kind, source = part.get("type"), part.get("source")
+    if kind == "image" and isinstance(source, dict):
+        return "source.url" if source.get("type") == "url" or is_url(source.get("url")) else None
+    if kind == "image_url":
+        url = part.get("image_url")
+        url = url.get("url") if isinstance(url, dict) else url
+        return "image_url.url" if is_url(url) else None
+    if kind == "input_image":
+        return "image_url" if is_url(part.get("image_url")) else None
+    return None
+
+
+def refuse_urls(items: Sequence[Any], where: str, *, images: bool = False) -> None:
+    """Raise a 400 for the first part of ``items`` (messages or input items) that points at a file
+    URL, at any depth, or at an image URL inside another part (a tool result, a function output, a
+    document), or anywhere when ``images`` (the upstream's LiteLLM path downloads image URLs);
+    ``where`` formats an item's position in the API's own terms."""
+    dotted = where == ANTHROPIC
     for i, item in enumerate(items):
-        content = item.get("content") if isinstance(item, dict) else None
-        if not isinstance(content, list):
-            continue
-        for j, part in enumerate(content):
-            field = url_field(part)
-            if field is not None:
-                raise refused(f"{where.format(i=i, j=j)}.{field}")
+        for key, parts in _nested(item):
+            _refuse_in(parts, f"{where.format(i=i)}.{key}", dotted, images=images)
+
+
+def _refuse_in(parts: list[Any], at: str, dotted: bool, *, images: bool) -> None:
+    for k, part in enumerate(parts):
+        here = f"{at}.{k}" if dotted else f"{at}[{k}]"
+        field = url_field(part) or (image_url_field(part) if images else None)
+        if field is not None:
+            raise refused(f"{here}.{field}")
+        for key, inner in _nested(part):
+            _refuse_in(inner, f"{here}.{key}", dotted, images=True)
+
+
+def _nested(node: Any) -> list[tuple[str, list[Any]]]:
+    """The lists of parts directly inside ``node``, with the key that holds each."""
+    if not isinstance(node, dict):
+        return []
+    found = [(key, node[key]) for key in NESTED if isinstance(node.get(key), list)]
+    source = node.get("source") if node.get("type") == "document" else None
+    if isinstance(source, dict) and isinstance(source.get("content"), list):
+        found.append(("source.content", source["content"]))
+    return found
 
 
 def refused(param: str) -> BadRequest:

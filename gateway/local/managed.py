@@ -36,6 +36,7 @@ import contextlib
 import importlib.util
 import logging
 import math
+import os
 import socket
 import sys
 import time
@@ -184,7 +185,7 @@ class ManagedServer:
         argv = [sys.executable, "-P", str(SERVER_SCRIPT), "--model", str(model)]
         for key, value in self.options.items():
             argv += [f"--{key}", _option(value)]
-        return argv + ["--host", HOST, "--port", str(self.port)]
+        return argv + ["--host", HOST, "--port", str(self.port), "--parent-pid", str(os.getpid())]
 
     async def start(self) -> None:
         """Launch the server and wait until it answers; raise :class:`ManagedServerError` if it can't."""

@@ -5,8 +5,8 @@ gateway package nor LiteLLM is imported here)::
 
     python -P gateway/local/xllamacpp_server.py --model M.gguf --host 127.0.0.1 --port 4001 --n_ctx 8192
 
-Every ``--name value`` besides ``--model``, ``--host`` and ``--port`` sets the field of that name
-on ``xllamacpp.CommonParams`` (``n_ctx``, ``n_batch``, ``n_parallel``, ``chat_template``, ...); a
+Every ``--name value`` besides ``--model``, ``--host``, ``--port`` and ``--parent-pid`` sets the
+field of that name on ``xllamacpp.CommonParams`` (``n_ctx``, ``n_batch``, ``chat_template``, ...); a
 dotted name reaches a nested one (``sampling.temp``, ``cpuparams.n_threads``), and ``n_threads``
 sets both thread counts. Each value is converted to the field's own type. A name or value that
 does not fit exits with code 2 and says why, before the model is loaded.
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import enum
+import os
 import signal
 import sys
 import threading
@@ -35,12 +36,16 @@ class OptionError(ValueError):
     """A ``--name value`` pair that ``CommonParams`` cannot take."""
 
 
-def _die_with_parent() -> None:
-    # PR_SET_PDEATHSIG: the kernel sends SIGTERM when the gateway exits, even by SIGKILL.
+def die_with_parent(parent: int | None) -> None:
+    """PR_SET_PDEATHSIG: the kernel sends SIGTERM when the gateway exits, even by SIGKILL; but only
+    if it exits after ``prctl``. A gateway that died while this process started has already left it
+    to init, so the parent (``--parent-pid``, the gateway's pid) is checked once more, after."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+    if parent is not None and os.getppid() != parent:
+        sys.exit(f"xllamacpp_server: the gateway (pid {parent}) exited before this server started")
 
 
 def _pairs(rest: list[str]) -> list[tuple[str, str]]:
@@ -106,8 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, default=None)  # the gateway: this server dies with it
     args, rest = parser.parse_known_args(argv)
-    _die_with_parent()
+    die_with_parent(args.parent_pid)
     # Ctrl-C in a terminal reaches the whole process group: the gateway then stops this server itself
     # (SIGTERM), instead of seeing it die first and scheduling a restart while it shuts down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)

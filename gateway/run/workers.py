@@ -226,7 +226,8 @@ class Workers:
     async def _spawn(self) -> _Worker:
         executor = _make_executor(self.kind)
         try:
-            pid = await asyncio.wrap_future(executor.submit(_started, self._warm_up))
+            parent = os.getpid() if self.kind == "process" else None  # a thread is not a child
+            pid = await asyncio.wrap_future(executor.submit(_started, parent, self._warm_up))
         except BaseException:
             executor.shutdown(wait=False, cancel_futures=True)
             raise
@@ -256,18 +257,27 @@ def _forget(worker: _Worker) -> Callable[[asyncio.Task[Any]], None]:
     return done
 
 
-def _started(warm_up: Callable[[], Any]) -> int:
-    """Runs first in every new worker: tie it to its parent, warm it up, say who it is."""
-    _die_with_parent()
+def _started(parent: int | None, warm_up: Callable[[], Any]) -> int:
+    """Runs first in every new worker: tie it to its parent (a process worker), warm it up, say who it is."""
+    if parent is not None:
+        die_with_parent(parent)
     warm_up()
     return os.getpid()
 
 
-def _die_with_parent() -> None:
+def die_with_parent(parent: int) -> None:
     """A host that exits without closing the pool (a LiteLLM proxy has no shutdown hook for its
-    guardrails; a gateway killed with SIGKILL) must not leave idle workers behind, orphaned."""
+    guardrails; a gateway killed with SIGKILL) must not leave idle workers behind, orphaned.
+
+    The kernel signals only for a parent that dies *after* ``prctl``: one that died while this
+    process was starting (a spawned worker imports for a second or more) has already handed it to
+    init, so the parent is checked once more after, and this process ends if it is gone. Never called
+    in the host itself (thread workers): it would tie the host's life to its own parent's.
+    """
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _noop() -> None:

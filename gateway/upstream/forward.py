@@ -24,19 +24,13 @@ import litellm
 import openai
 from litellm.types.llms.openai import ValidUserMessageContentTypes
 
-from gateway.config import ModelEntry
+from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
 from gateway.run import offload
-from gateway.upstream import patches as upstream_offload
 
 log = logging.getLogger("gateway.upstream.forward")
-
-litellm.suppress_debug_info = True  # no "Give Feedback" banners on stdout for every upstream error
-litellm.telemetry = False
-# Retrying is the client's call (it sees Retry-After). Every call passes max_retries=0, but LiteLLM's
-# OpenAI embedding path reads it as ``max_retries or DEFAULT_MAX_RETRIES``, so 0 must be the default.
-litellm.DEFAULT_MAX_RETRIES = 0
-upstream_offload.install()  # big requests are built off the event loop
+# Importing this module changes nothing in LiteLLM or the openai SDK: the gateway's process-wide
+# settings and patches are ``gateway.upstream.patches.install``, which only the gateway's app calls.
 T = TypeVar("T")
 
 # LiteLLM client options: never taken from a request body, whatever LiteLLM would accept.
@@ -45,14 +39,26 @@ CLIENT_OPTIONS = frozenset({
     "default_headers", "extra_headers", "headers", "timeout", "request_timeout", "max_retries",
     "num_retries", "custom_llm_provider", "mock_response", "model_list", "litellm_logging_obj",
 })
-# Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
-ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
 # LiteLLM refuses user content parts of any other type (with an error that looks like a lost
 # connection), so the API adapters check them first.
 USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
                 429: "rate_limit_error"}
+
+
+# Providers whose LiteLLM transform downloads an http(s) image URL itself (to inline it as base64),
+# synchronously and up to MAX_IMAGE_URL_DOWNLOAD_SIZE_MB: the gateway refuses image URLs for them.
+IMAGE_DOWNLOADERS = frozenset({"anthropic", "bedrock", "vertex_ai", "vertex_ai_beta", "gemini", "ollama",
+                               "ollama_chat"})
+
+
+def downloads_image_urls(model: str) -> bool:
+    """Whether LiteLLM fetches image URLs itself on its way to ``model`` (a LiteLLM model name)."""
+    try:
+        return litellm.get_llm_provider(model)[1] in IMAGE_DOWNLOADERS
+    except Exception:  # an unknown provider: LiteLLM will refuse the call itself
+        return False
 
 
 @functools.lru_cache(maxsize=256)
@@ -239,12 +245,6 @@ async def _close(stream: Any) -> None:
                 await closer()
             except Exception:  # closing an already broken stream may fail again; nothing left to do
                 pass
-
-
-def ask_sync(kwargs: dict[str, Any]) -> str:
-    """A short blocking completion's text (the router's y/n, asked from a worker), or ""."""
-    response = litellm.completion(**kwargs)
-    return response.choices[0].message.content or ""
 
 
 def map_error(exc: BaseException) -> GatewayError:

@@ -1,4 +1,17 @@
-"""Big upstream requests are built, and big answers read, in worker threads: never on the event loop.
+"""The gateway's process-wide LiteLLM and openai SDK settings, installed by its app only (``install``).
+
+Nothing here runs on import: the LiteLLM plug-in (``gateway.plugins``) lives inside somebody else's
+LiteLLM proxy, whose retries, logging and request building must stay exactly as its owner set them.
+``install`` (idempotent) is called by ``gateway.app.create_app``:
+
+- ``litellm.DEFAULT_MAX_RETRIES = 0``: retrying is the client's call (it sees Retry-After). Every
+  call passes ``max_retries=0``, but LiteLLM's OpenAI embedding path reads it as
+  ``max_retries or DEFAULT_MAX_RETRIES``, so 0 must be the default too;
+- ``litellm.suppress_debug_info`` and ``litellm.telemetry = False``: no "Give Feedback" banners on
+  stdout for every upstream error, no phoning home;
+- the offloading patches below.
+
+Big upstream requests are built, and big answers read, in worker threads: never on the event loop.
 
 The openai SDK, which LiteLLM uses for every OpenAI-compatible upstream, walks the whole request
 against its typed schema before sending it (``async_maybe_transform``): about 0.5-1 ms per chat
@@ -28,10 +41,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
+import litellm
 import litellm.litellm_core_utils.litellm_logging as litellm_logging
 import openai.resources.chat.completions.completions as chat_resource
 import openai.resources.completions as completions_resource
@@ -44,14 +59,20 @@ from gateway.run.offload import is_big, many, run
 log = logging.getLogger("gateway.upstream.patches")
 
 _PATCHED = "_mixpr_offloaded"
+_installing = threading.Lock()
 
 
 def install() -> None:
-    """Route the SDK's request transform for big chat and legacy completion bodies, and LiteLLM's own
-    translation and logging copy of big message lists, to the pool."""
-    for module in (chat_resource, completions_resource):
-        _patch(module)
-    _patch_litellm()
+    """The gateway's LiteLLM settings, and the SDK's request transform for big chat and legacy
+    completion bodies, LiteLLM's own translation and logging copy of big message lists routed to the
+    pool. Idempotent: a second call (a second app in one process) changes nothing more."""
+    with _installing:
+        litellm.suppress_debug_info = True
+        litellm.telemetry = False
+        litellm.DEFAULT_MAX_RETRIES = 0
+        for module in (chat_resource, completions_resource):
+            _patch(module)
+        _patch_litellm()
 
 
 def _patch_litellm() -> None:

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mixpr.kinds import code, detect, diff, grep, jsons, log, prose
 from mixpr.kinds.lines import Blocks
 
@@ -29,14 +31,6 @@ def resolve(text: str, kind: str) -> str:
 def split(text: str, kind: str, source: str | None = None) -> Blocks:
     """``text`` cut into blocks the way its kind is read (``kind`` must not be "auto": ``resolve`` first)."""
     blocks = _SPLITTERS[kind](text, source)
-    if blocks.path is None and kind != "prose":
-        return _with_path(blocks, code.path_in_header(text))
-    return blocks
-
-
-def _with_path(blocks: Blocks, path: str | None) -> Blocks:
-    if path is None:
-        return blocks
-    from dataclasses import replace
-
-    return replace(blocks, path=path)
+    # Any kind may sit inside an editor's envelope that names the file ("[File: a/b.py ...]").
+    path = code.path_in_header(text) if blocks.path is None and kind != "prose" else None
+    return replace(blocks, path=path) if path else blocks

@@ -2,8 +2,9 @@
 read, plus one ``json.loads`` when the text starts like JSON) and deterministic.
 
 Order matters: a diff holds code, a numbered view holds code and maybe "error", grep output names
-files; so diff, JSON, numbered views and grep are recognised by their shape first, then a log by
-its failure lines or test-runner banners, then code by its syntax; prose is what is left."""
+files; so diff, JSON and numbered views are recognised by their shape first, then a test run (its
+banner, a traceback), then grep output, a log by its failure lines, code by its syntax. What is left
+is prose when its lines read as sentences, else a log (installers, builds: head, tail, failures)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ _CODE = re.compile(
     r"|private |protected |func |fn |const |let |var |@\w|self\.|#|//|/?\*)|[;{}(,:]\s*$|^\s*[}\])]"
     r"|^\s*[\w.]+(?:\[[^]]*\])? [-+*/]?= "
 )
-# A test runner's banner or summary, a traceback: a log whatever else its lines hold.
+# A test runner's banner or summary, a traceback: a log whatever else its lines hold (pytest's
+# ``tests/a.py::test_x PASSED`` lines would otherwise read as grep output).
 _RUNNER = re.compile(
     r"test session starts|^Ran \d+ tests? in|^Traceback \(most recent call last\)|^(?:FAILED|ERROR|PASSED) \S"
     r"|\S::\S+ (?:PASSED|FAILED|ERROR|SKIPPED)|^=+ (?:FAILURES|ERRORS|short test summary info) =+$"

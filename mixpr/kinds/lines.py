@@ -15,7 +15,8 @@ import numpy as np
 # A block longer than this many lines is cut anyway: a 300-line function is not one unit of evidence,
 # and finer blocks let the budget go to the lines that match.
 MAX_BLOCK_LINES = 8
-# A numbered file view: SWE-agent's ``12:code`` or ``cat -n``'s ``    12\tcode``.
+# A numbered file view: SWE-agent's ``12:code``, ``cat -n``'s ``    12\tcode``, ``grep -n``'s context
+# line ``12-code`` (not ``2024-01-02``: a date is no line number).
 NUMBERED = re.compile(r"^ {0,8}(\d{1,7})(?::|\t|-(?!\d))")
 
 

@@ -34,12 +34,14 @@ pytestmark = pytest.mark.skipif(
 
 
 def render(base: Path = ROOT / "deploy" / "kubernetes") -> dict[str, dict[str, Any]]:
-    """The rendered objects by kind (the base has one of each)."""
+    """The rendered objects by kind (the base has one of each), the Grafana dashboard's ConfigMap
+    under "Dashboard" (deploy/grafana, checked by tests/deploy/test_dashboard.py)."""
     result = subprocess.run([KUBECTL or "kubectl", "kustomize", str(base)],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-    by_kind = {doc["kind"]: doc for doc in objects}
+    by_kind = {"Dashboard" if "grafana_dashboard" in doc["metadata"].get("labels", {}) else doc["kind"]: doc
+               for doc in objects}
     assert len(by_kind) == len(objects), "one object of each kind expected"
     return by_kind
 
@@ -185,8 +187,17 @@ def test_the_pod_runs_as_the_images_user_on_a_read_only_root(rendered):
 
 
 def test_a_broken_base_fails_to_render(tmp_path):
-    broken = tmp_path / "base"
-    shutil.copytree(ROOT / "deploy" / "kubernetes", broken)
+    shutil.copytree(ROOT / "deploy", tmp_path / "deploy")  # the base includes ../grafana
+    broken = tmp_path / "deploy" / "kubernetes"
     (broken / "config.yaml").unlink()  # the ConfigMap's source is gone
     with pytest.raises(AssertionError, match="config.yaml"):
         render(broken)
+
+
+def test_the_base_ships_the_grafana_dashboard_as_is(rendered):
+    """The file test_dashboard.py checks, with the label Grafana's dashboard sidecar looks for."""
+    dashboard = ROOT / "deploy" / "grafana" / "mixpr-gateway.json"
+    configmap = rendered["Dashboard"]
+    assert configmap["kind"] == "ConfigMap"
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["data"] == {dashboard.name: dashboard.read_text()}

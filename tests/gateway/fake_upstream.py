@@ -13,6 +13,9 @@ tests never race on shared state:
 * ``mode-midstream``: for ``stream=True``, sends one chunk and then drops the connection
 * ``mode-422``: 422 with a FastAPI ``{"detail": [...]}`` body, as a FastAPI server rejects a bad role
 * ``mode-400``, ``mode-404``: that status with an OpenAI ``invalid_request_error`` body
+* ``mode-status-NNN``: status NNN with an OpenAI error body (503: with ``Retry-After: 3``);
+  ``mode-text-NNN``: status NNN with a plain-text body (a proxy's error page);
+  ``mode-context-400``: llama.cpp's 400 for a prompt longer than its window
 * ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
 * ``mode-slowstream``: for ``stream=True``, a chunk every 100 ms for a minute; the time the client
   closed the connection is kept in ``Recorded.closed_at``
@@ -162,6 +165,20 @@ class FakeUpstream:
             detail = problems or [{"type": "literal_error", "loc": ["body", "messages", 0, "role"],
                                    "msg": "Input should be 'user'", "input": "wizard"}]
             _write_json(writer, 422, {"detail": detail})
+            return True
+        if mode.startswith(("mode-status-", "mode-text-")):  # any status; an OpenAI error, or plain text
+            status = int(mode[-3:])
+            if mode.startswith("mode-text-"):
+                _write_raw(writer, status, b"upstream error page", "text/plain")
+                return True
+            error = {"message": f"Upstream status {status}.", "type": "upstream_error", "param": None,
+                     "code": f"status_{status}"}
+            _write_json(writer, status, {"error": error}, {"Retry-After": "3"} if status == 503 else None)
+            return True
+        if mode == "mode-context-400":  # llama.cpp's own refusal of a prompt over its window
+            error = {"code": 400, "type": "exceed_context_size_error", "message": "request (36365 tokens) "
+                     "exceeds the available context size (8192 tokens), try increasing it"}
+            _write_json(writer, 400, {"error": error})
             return True
         if mode in ("mode-400", "mode-404"):
             status = int(mode[-3:])
@@ -345,6 +362,10 @@ def _chunk(model: str, delta: dict[str, Any], finish: str | None) -> bytes:
     chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()),
              "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
     return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def _write_raw(writer: asyncio.StreamWriter, status: int, data: bytes, content_type: str) -> None:
+    writer.write(_head(status, {"Content-Type": content_type, "Content-Length": str(len(data))}) + data)
 
 
 def _write_json(

@@ -44,3 +44,10 @@ def test_serves_models_on_the_given_port(tmp_path: Path) -> None:
         process.terminate()
         process.wait(10)
         process.stdout.close()
+
+
+def test_uvicorn_serves_with_uvloop_and_httptools_and_no_access_log() -> None:
+    from gateway.__main__ import parse_args, server_options
+
+    options = server_options(parse_args([]))
+    assert (options["loop"], options["http"], options["access_log"]) == ("uvloop", "httptools", False)

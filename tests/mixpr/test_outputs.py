@@ -175,6 +175,7 @@ def test_default_is_todays_sentence_compression_byte_for_byte():
     "options",
     [
         {"kind": "yaml"},
+        {"query": "a question but no kind"},
         {"kind": "code", "top_k": 3},
         {"kind": "code", "query_span": (0, 4)},
         {"kind": "log", "route": "local"},

@@ -123,8 +123,8 @@ def test_tool_use_round_trip(claude: anthropic.Anthropic, upstream: FakeUpstream
     ({"max_tokens": 5, "messages": HELLO}, "model: Field required"),
     ({"model": "gpt-test", "max_tokens": 5, "messages": []},
      "messages: must be a non-empty list of messages"),
-    ({"model": "gpt-test", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
-     "messages.0.role: must be 'user' or 'assistant'"),
+    ({"model": "gpt-test", "max_tokens": 5, "messages": [{"role": "wizard", "content": "x"}]},
+     "messages.0.role: must be 'user', 'assistant' or 'system'"),
 ])
 def test_bad_bodies_in_anthropic_shape(http: httpx.Client, body: dict, message: str) -> None:
     response = http.post("/v1/messages", json=body)

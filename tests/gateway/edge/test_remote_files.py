@@ -152,3 +152,77 @@ def test_an_image_url_goes_to_the_provider_unfetched_at_a_fixed_cost(gw, upstrea
     text = math.ceil(count_tokens(body["messages"][0]["content"][0]["text"], "echo") * (1 + DEFAULT_MARGIN))
     assert int(response.headers["x-mixpr-original-tokens"]) == 765 + text + 7
     assert files.hits == []
+
+
+def _tool_result_with(part: dict[str, Any], model_name: str) -> dict[str, Any]:
+    messages = [{"role": "user", "content": "Fetch the report."},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "fetch",
+                                                   "input": {}}]},
+                {"role": "user", "content": "Here it is."},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                              "content": [{"type": "text", "text": "The report:"}, part]}]}]
+    return {"model": model_name, "max_tokens": 8, "messages": messages}
+
+
+@pytest.mark.parametrize("model_name", ["claude", "gpt-test"])
+@pytest.mark.parametrize(("kind", "name"), [("document", "doc.pdf"), ("image", "img.png")])
+def test_a_url_nested_in_a_tool_result_is_refused_and_never_fetched(gw, upstream, files, model_name, kind,
+                                                                   name):
+    upstream.clear()
+    part = {"type": kind, "source": {"type": "url", "url": files.url(name)}}
+    response = post(gw, "/v1/messages", _tool_result_with(part, model_name))
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "'messages.3.content.0.content.1.source.url' is a URL" in error["message"]
+    assert files.hits == [] and upstream.received() == []
+
+
+def test_a_url_deeper_in_a_tool_result_is_refused_too(gw, upstream, files):
+    upstream.clear()
+    image = {"type": "image", "source": {"type": "url", "url": files.url("img.png")}}
+    document = {"type": "document", "source": {"type": "content", "content": [image]}}
+    response = post(gw, "/v1/messages", _tool_result_with(document, "claude"))
+    assert response.status_code == 400, response.text
+    assert "messages.3.content.0.content.1.source.content.0.source.url" in response.json()["error"]["message"]
+    assert files.hits == [] and upstream.received() == []
+
+
+def test_a_responses_function_output_with_a_file_url_is_refused(gw, upstream, files):
+    upstream.clear()
+    output = [{"type": "input_file", "file_url": files.url("doc.pdf")}]
+    items = [{"type": "function_call", "call_id": "c1", "name": "fetch", "arguments": "{}"},
+             {"type": "function_call_output", "call_id": "c1", "output": output}]
+    response = post(gw, "/v1/responses", {"model": "gpt-test", "store": False, "input": items})
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "input[1].output[0].file_url"
+    assert files.hits == [] and upstream.received() == []
+
+
+def test_an_image_url_is_refused_where_litellm_would_download_it(gw, upstream, files):
+    """LiteLLM's Anthropic transform downloads an http image for a chat request: refused, unfetched."""
+    upstream.clear()
+    body = {**chat_with({"type": "image_url", "image_url": {"url": files.url("img.png")}}), "model": "claude"}
+    response = post(gw, "/v1/chat/completions", body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "messages[0].content[1].image_url.url"
+    content = [{"type": "input_text", "text": "Describe it."},
+               {"type": "input_image", "image_url": files.url("img.png")}]
+    body = {"model": "claude", "store": False, "input": [{"role": "user", "content": content}]}
+    response = post(gw, "/v1/responses", body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["param"] == "input[0].content[1].image_url"
+    assert files.hits == [] and upstream.received() == []
+
+
+def test_an_anthropic_image_url_reaches_an_anthropic_model_as_sent(gw, upstream, files):
+    """On /v1/messages an Anthropic model gets the request as sent: Anthropic fetches, the gateway never."""
+    upstream.clear()
+    image = {"type": "image", "source": {"type": "url", "url": files.url("img.png")}}
+    body = {"model": "claude", "max_tokens": 8,
+            "messages": [{"role": "user", "content": [image, {"type": "text", "text": "Describe it."}]}]}
+    response = post(gw, "/v1/messages", body)
+    assert response.status_code == 200, response.text
+    (sent,) = upstream.received()
+    assert sent.path == "/v1/messages" and sent.json["messages"] == body["messages"]
+    assert files.hits == []

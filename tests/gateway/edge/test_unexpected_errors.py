@@ -37,12 +37,13 @@ async def faulty_run(self, call):
         raise RuntimeError(f"cannot handle {call.messages}")
     reply = await run(self, call)
     if call.model == "bug-midstream":  # after the status line and the first chunk went out
-        first = reply.chunks
+        field = "chunks" if reply.chunks is not None else "events"  # events: the raw relay's
+        first = getattr(reply, field)
         async def chunks():
-            async for chunk in first:
-                yield chunk
+            async for chunk in first:  # a block of the relay's events: its first event only
+                yield chunk if field == "chunks" else chunk[: chunk.index(b"\\n\\n") + 2]
                 raise KeyError(str(call.messages))
-        reply = dataclasses.replace(reply, chunks=chunks())
+        reply = dataclasses.replace(reply, **{field: chunks()})
     return reply
 
 middleware = admission.BodyBytesMiddleware.__call__

@@ -155,7 +155,7 @@ async def test_start_waits_until_models_answers_then_stop_frees_the_port(fake_ll
         child = json.loads(fake_llama.read_text())
         assert child["argv"] == [
             "--model", str(model_file), "--n_ctx", "8192", "--warmup", "false",
-            "--host", "127.0.0.1", "--port", str(server.port),
+            "--host", "127.0.0.1", "--port", str(server.port), "--parent-pid", str(os.getpid()),
         ]  # fmt: skip
         assert (child["n_ctx"], child["warmup"]) == (8192, False)
     finally:

@@ -2,14 +2,17 @@
 
 One proxy (started once for the module: it takes tens of seconds) carries the gateway's guardrail
 twice over: ``mixpr``, the in-process class (``gateway.plugins.litellm_guardrail.MixPRGuardrail``), and
-``mixpr-api``, LiteLLM's own ``generic_guardrail_api`` calling a running gateway process. Each
-request names its guardrail in LiteLLM's ``guardrails`` body field. The upstream records what it
-receives, so a test sees exactly what the proxy sent the model.
+``mixpr-api``, LiteLLM's own ``generic_guardrail_api`` calling a running gateway process, with the
+fail-open settings of the documented configuration (read from docs/litellm-plugin.md itself). Each
+request names its guardrail in LiteLLM's ``guardrails`` body field. The upstreams record what they
+receive, so a test sees exactly what the proxy sent the model: ``fake_upstream`` (OpenAI) and
+``scripted_upstream`` (an Anthropic model, and a model that is rate-limited twice before it answers).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -25,6 +28,7 @@ import yaml
 from conftest import MASTER_KEY, closed_port
 from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import FakeUpstream
+from scripted_upstream import ScriptedUpstream
 
 from mixpr.tokens import count_tokens
 
@@ -36,6 +40,17 @@ BUDGET = 800
 STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
 LONG_PROMPT = haystack(600) + "\n\n" + QUESTION  # ~11k tokens, far over the 3,000-token window
 GUARDRAILS = ("mixpr", "mixpr-api")  # the class in the proxy; the generic API calling the gateway
+CLAUDE = "anthropic/claude-3-5-haiku-20241022"
+FAIL_OPEN_KEYS = ("unreachable_fallback", "fail_on_error")
+
+
+def documented_generic_guardrail() -> dict[str, Any]:
+    """The ``litellm_params`` of the generic-guardrail configuration the docs tell users to copy."""
+    page = (ROOT / "docs" / "litellm-plugin.md").read_text()
+    blocks = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", page, re.S)
+              if "generic_guardrail_api" in block]
+    assert blocks, "docs/litellm-plugin.md shows no generic_guardrail_api configuration"
+    return blocks[0]["guardrails"][0]["litellm_params"]
 
 
 def _model(name: str, upstream: str, base: str) -> dict[str, Any]:
@@ -45,11 +60,21 @@ def _model(name: str, upstream: str, base: str) -> dict[str, Any]:
     return {"model_name": name, "litellm_params": params, "model_info": {"max_input_tokens": WINDOW}}
 
 
-def proxy_config(upstream_base: str, gateway_url: str) -> dict[str, Any]:
+def proxy_config(upstream_base: str, gateway_url: str, scripted_base: str) -> dict[str, Any]:
     mixpr = {"router": "heuristic", "budget_tokens": BUDGET, "compression_workers": 1}
+    fail_open = {k: v for k, v in documented_generic_guardrail().items() if k in FAIL_OPEN_KEYS}
+    claude = {"model_name": "claude-small", "model_info": {"max_input_tokens": WINDOW},
+              "litellm_params": {"model": CLAUDE, "api_base": scripted_base, "api_key": "sk-upstream"}}
+    flaky = {"model_name": "flaky", "model_info": {"max_input_tokens": WINDOW},
+             "litellm_params": {"model": "openai/flaky-retried", "api_base": scripted_base + "/v1",
+                                "api_key": "sk-upstream", "num_retries": 2}}
+    # No num_retries: the openai SDK's own retries (LiteLLM's DEFAULT_MAX_RETRIES) are all it has.
+    embedder = {"model_name": "flaky-embed", "model_info": {"mode": "embedding"},
+                "litellm_params": {"model": "openai/flaky-embedding", "api_base": scripted_base + "/v1",
+                                   "api_key": "sk-upstream"}}
     return {
         "model_list": [_model("small", "mode-needle-small", upstream_base),
-                       _model("broken", "mode-needle-broken", upstream_base)],
+                       _model("broken", "mode-needle-broken", upstream_base), claude, flaky, embedder],
         "guardrails": [
             {"guardrail_name": "mixpr", "litellm_params": {
                 "guardrail": GUARDRAIL, "mode": "pre_call", **mixpr}},
@@ -59,7 +84,11 @@ def proxy_config(upstream_base: str, gateway_url: str) -> dict[str, Any]:
                 "method": "no-such-method", "compression_executor": "thread"}},
             {"guardrail_name": "mixpr-api", "litellm_params": {
                 "guardrail": "generic_guardrail_api", "mode": "pre_call", "api_base": gateway_url,
-                "api_key": MASTER_KEY}},
+                "api_key": MASTER_KEY, **fail_open}},
+            # The same, with the gateway stopped: nothing listens on its port.
+            {"guardrail_name": "mixpr-api-down", "litellm_params": {
+                "guardrail": "generic_guardrail_api", "mode": "pre_call",
+                "api_base": f"http://127.0.0.1:{closed_port()}", "api_key": MASTER_KEY, **fail_open}},
         ],
         "general_settings": {"master_key": PROXY_KEY},
         "litellm_settings": {"telemetry": False},
@@ -73,7 +102,7 @@ def gateway_config(upstream_base: str) -> dict[str, Any]:
         return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": upstream_base},
                 "model_info": {"max_input_tokens": WINDOW},
                 "mixpr": {"budget_tokens": BUDGET, "router": "heuristic", **mixpr}}
-    return {"model_list": [entry("small"), entry("broken", method="no-such-method")],
+    return {"model_list": [entry("small"), entry("broken", method="no-such-method"), entry("claude-small")],
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
 
 
@@ -108,12 +137,21 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def proxy_url(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def scripted() -> Iterator[ScriptedUpstream]:
+    server = ScriptedUpstream().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy_url(upstream: FakeUpstream, scripted: ScriptedUpstream,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     folder = tmp_path_factory.mktemp("litellm-proxy")
     gateway_port, proxy_port = closed_port(), closed_port()
     gateway_url, proxy_url = f"http://127.0.0.1:{gateway_port}", f"http://127.0.0.1:{proxy_port}"
     (folder / "gateway.yaml").write_text(yaml.safe_dump(gateway_config(upstream.base_url)))
-    (folder / "proxy.yaml").write_text(yaml.safe_dump(proxy_config(upstream.base_url, gateway_url)))
+    config = proxy_config(upstream.base_url, gateway_url, scripted.base_url)
+    (folder / "proxy.yaml").write_text(yaml.safe_dump(config))
     # Both start at once: the proxy only calls the gateway when a request arrives.
     started = time.monotonic()
     gateway = _start([sys.executable, "-m", "gateway", "--config", str(folder / "gateway.yaml"),
@@ -254,3 +292,101 @@ def test_conversation_turn_starts_with_the_previous_turns_bytes(proxy: openai.Op
                          {"role": "user", "content": follow_up}]
     assert sent[2][: len(sent[1])] == sent[1]
     assert len(sent[2]) == len(sent[1]) + 2
+
+
+# -- Anthropic blocks: every one reaches an Anthropic model as sent ---------------------------------
+
+DOCUMENT = {"type": "document", "title": "Archive policy", "citations": {"enabled": True},
+            "source": {"type": "text", "media_type": "text/plain",
+                       "data": "Archive requests are served from the east vault on weekdays."}}
+SEARCH_RESULT = {"type": "search_result", "source": "https://example.com/vaults", "title": "Vaults",
+                 "content": [{"type": "text", "text": "The east vault holds the maritime records."}]}
+THINKING = {"type": "thinking", "thinking": "The archive tool should know the number.",
+            "signature": "c2lnbmF0dXJl"}
+TOOL_USE = {"type": "tool_use", "id": "toolu_archive_1", "name": "archive_lookup",
+            "input": {"query": "falcon"}}
+FAILED = {"type": "tool_result", "tool_use_id": "toolu_archive_1", "is_error": True,
+          "content": "ERROR E503: archive unavailable"}
+TOOLS = [{"name": "archive_lookup", "description": "Look a record up in the archive.",
+          "input_schema": {"type": "object", "properties": {"query": {"type": "string"}}}}]
+
+
+def anthropic_conversation() -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": [DOCUMENT, SEARCH_RESULT,
+                                     {"type": "text", "text": "Find the falcon's number in the archive."}]},
+        {"role": "assistant",
+         "content": [THINKING, {"type": "text", "text": "I will look it up."}, TOOL_USE]},
+        {"role": "user", "content": [FAILED, {"type": "text", "text": LONG_PROMPT}]},
+    ]
+
+
+@pytest.mark.parametrize("guardrail", GUARDRAILS)
+def test_anthropic_blocks_reach_an_anthropic_model_whole_and_the_long_text_compressed(
+        proxy_url: str, scripted: ScriptedUpstream, guardrail: str) -> None:
+    """document, search_result, thinking (with its signature), tool_use and a failed tool's short
+    result (with ``is_error``) reach the model exactly as sent; only the long text is cut."""
+    scripted.clear()
+    with anthropic.Anthropic(base_url=proxy_url, api_key=PROXY_KEY, max_retries=0, timeout=120) as client:
+        reply = client.messages.create(model="claude-small", max_tokens=50, system="Answer briefly.",
+                                       messages=anthropic_conversation(), tools=TOOLS,
+                                       extra_body={"guardrails": [guardrail]})
+    assert reply.content[0].text == "Scripted reply."
+    [sent] = scripted.received(CLAUDE.split("/", 1)[1])
+    first, second, third = sent["messages"]
+    assert first["content"][:2] == [DOCUMENT, SEARCH_RESULT]
+    assert second["content"][0] == THINKING and second["content"][2] == TOOL_USE
+    assert third["content"][0] == FAILED
+    assert [t["name"] for t in sent["tools"]] == ["archive_lookup"]
+    long_text = third["content"][1]["text"]
+    assert QUESTION in long_text
+    assert count_tokens(long_text, "gpt-4o-mini") <= BUDGET + 50 < count_tokens(LONG_PROMPT, "gpt-4o-mini")
+
+
+# -- failing open ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("prompt", ["Hello there.", LONG_PROMPT], ids=["short", "long"])
+def test_generic_guardrail_with_the_gateway_stopped_still_answers(
+        proxy: openai.OpenAI, upstream: FakeUpstream, prompt: str) -> None:
+    """The documented generic-guardrail configuration fails open: with nothing listening, the prompt
+    goes on whole."""
+    upstream.clear()
+    reply = proxy.chat.completions.create(
+        model="small", messages=[{"role": "user", "content": prompt}], max_tokens=20,
+        extra_body={"guardrails": ["mixpr-api-down"], "needle": "amber-falcon-427"})
+    assert reply.choices[0].message.content
+    assert _sent(upstream, "mode-needle-small") == [{"role": "user", "content": prompt}]
+
+
+def test_the_hosts_retries_still_work_with_the_plugin_loaded(
+        proxy: openai.OpenAI, scripted: ScriptedUpstream) -> None:
+    """``num_retries: 2`` on the model: two 429s, then the answer (the plug-in leaves LiteLLM's
+    retries alone)."""
+    scripted.clear()
+    reply = proxy.chat.completions.create(model="flaky", messages=[{"role": "user", "content": "Hi"}],
+                                          max_tokens=20, extra_body={"guardrails": ["mixpr"]})
+    assert reply.choices[0].message.content == "Scripted reply."
+    assert scripted.attempts["flaky-retried"] == 3
+
+
+def test_the_hosts_embedding_calls_keep_the_sdks_retries(
+        proxy: openai.OpenAI, scripted: ScriptedUpstream) -> None:
+    """Loading the plug-in left LiteLLM's ``DEFAULT_MAX_RETRIES`` alone: an embedding model without
+    ``num_retries`` still gets the openai SDK's two retries through two 429s."""
+    scripted.clear()
+    result = proxy.embeddings.create(model="flaky-embed", input="hello")
+    assert result.data[0].embedding == [0.1, 0.2, 0.3]
+    assert scripted.attempts["flaky-embedding"] == 3
+
+
+def test_a_streamed_long_chat_is_compressed_and_streams_back(
+        proxy: openai.OpenAI, upstream: FakeUpstream) -> None:
+    upstream.clear()
+    with proxy.chat.completions.with_streaming_response.create(
+            model="small", messages=[{"role": "user", "content": LONG_PROMPT}], max_tokens=50, stream=True,
+            extra_body={"guardrails": ["mixpr"], "needle": "amber-falcon-427"}) as raw:
+        assert raw.headers["x-mixpr-action"] == "compressed"
+        chunks = list(raw.parse())
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert len(chunks) > 2 and text == "amber-falcon-427"
+    _assert_compressed(_sent(upstream, "mode-needle-small"))

@@ -39,10 +39,11 @@ PARTS = 19_000  # under the default max_body_objects (20,000)
 @pytest.fixture(scope="module")
 def big_gateway(upstream: FakeUpstream) -> Iterator[str]:
     """A gateway with ``big``, a model whose window the 19,000 parts fit in, so they are forwarded
-    as they are (MixPR in a thread: no worker process to wait for)."""
+    as they are (MixPR in a thread: no worker process to wait for). Through LiteLLM: these tests are
+    about its per-part work, which the raw relay (``gateway.upstream.chat_relay``) does not do at all."""
     raw = gateway_config(upstream.base_url)
     raw["model_list"].append(model("big", "big", upstream.base_url, model_info={"max_input_tokens": 128_000}))
-    raw["general_settings"].update(compression_executor="thread", max_body_bytes=8_000_000)
+    raw["general_settings"].update(compression_executor="thread", max_body_bytes=8_000_000, raw_relay=False)
     server = ServerThread(create_app(parse_config(raw))).start()
     yield server.url
     server.stop()

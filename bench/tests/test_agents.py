@@ -1,0 +1,146 @@
+"""bench.agents on small synthetic agent runs: what a user of the table would notice if it were wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import pytest  # noqa: E402
+
+from bench import agents  # noqa: E402
+
+SECRET = "frobnicate_widget_v2"  # only the first tool output holds it; the last step uses it
+
+
+def _call(i: int, command: str) -> dict[str, Any]:
+    return {"id": f"call_{i}", "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": command})}}
+
+
+def _run(rounds: int = 8, output_lines: int = 200) -> dict[str, Any]:
+    """A run shaped like the dev file: system, task, then assistant tool calls and tool outputs."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. Use the bash tool."},
+        {"role": "user", "content": "Fix the widget bug in src/widgets.py."},
+    ]
+    for i in range(rounds):
+        messages.append({"role": "assistant", "content": f"Step {i}: look further.",
+                         "tool_calls": [_call(i, f"cat src/part_{i}.py")]})
+        lines = [f"{n:4d}    value_{i}_{n} = compute_{i}({n}, 'part {i} line {n}')"
+                 for n in range(output_lines)]
+        if i == 0:
+            lines[3] = f"  88    def {SECRET}(self, size):"
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": "\n".join(lines)})
+    messages.append({"role": "assistant", "content": f"The bug is in {SECRET}.",
+                     "tool_calls": [_call(rounds, f"grep -n {SECRET} src/widgets.py")]})
+    k = len(messages) - 1
+    evidence = [{"text": SECRET, "kind": "ident", "msg": 3, "start": 0, "end": len(SECRET), "origin": "tool",
+                 "in_prior_assistant": False}]
+    return {"id": "synthetic", "framework": "synthetic 1.0", "tools": [], "messages": messages,
+            "steps": [{"step": rounds, "msg_index": k, "evidence": evidence}]}
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(_run()) + "\n", encoding="utf-8")
+    return path
+
+
+def _main(data: Path, out: Path, *args: str) -> dict[str, dict[str, Any]]:
+    return agents.main(["--data", str(data), "--out", str(out), *args])
+
+
+def test_masking_loses_strict_evidence_and_breaks_the_cache(data: Path, tmp_path: Path) -> None:
+    by = _main(data, tmp_path, "--settings", "none,head-tail,mask")
+    assert by["none"]["strict"] == 1.0 and by["none"]["strict_n"] == 1
+    assert by["mask"]["strict"] == 0.0  # the output that held it is older than the newest five
+    assert by["head-tail"]["strict"] == 1.0  # it sits in the first 2,000 characters
+    assert by["mask"]["tokens_x"] < 1 < by["mask"]["anthropic_x"]  # fewer tokens, yet dearer: no cache
+    assert by["head-tail"]["openai_x"] < 1 and by["head-tail"]["anthropic_x"] < 1
+    assert (tmp_path / "agents.json").exists() and (tmp_path / "agents.png").stat().st_size > 0
+
+
+def test_pairing_problems_are_found() -> None:
+    run = _run(rounds=2)["messages"]
+    assert agents.pairing_problems(run[:-1]) == []
+    wrong_id = [*run[:3], {**run[3], "tool_call_id": "call_9"}]
+    assert agents.pairing_problems(wrong_id)
+    assert agents.pairing_problems(run[:3])  # a call without its result at the end
+    assert agents.pairing_problems([*run[:3], {"role": "user", "content": "go on"}, run[3]])  # order broken
+    parallel = {"role": "assistant", "content": "", "tool_calls": [_call(7, "ls"), _call(8, "pwd")]}
+    results = [{"role": "tool", "tool_call_id": f"call_{i}", "content": "ok"} for i in (8, 7)]
+    assert agents.pairing_problems([*run[:2], parallel, *results]) == []
+    assert agents.pairing_problems([*run[:2], parallel, results[0]])
+
+
+def test_a_client_that_breaks_pairing_is_counted_invalid(data: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def drop_old_outputs(messages: list[dict], tools: list[dict]) -> tuple[list[dict], list[dict]]:
+        tool = [i for i, m in enumerate(messages) if m["role"] == "tool"]
+        return [m for i, m in enumerate(messages) if i not in tool[:-2]], tools
+
+    monkeypatch.setitem(agents.CLIENT, "drop", drop_old_outputs)
+    by = _main(data, tmp_path, "--settings", "none,drop")
+    assert by["none"]["invalid"] == 0
+    assert by["drop"]["invalid"] == by["drop"]["steps"] - 3  # every request with over two outputs
+    assert "before the results" in by["drop"]["first_invalid"]
+
+
+def test_an_append_only_sequence_reads_its_prefix_at_a_tenth() -> None:
+    run = _run(rounds=4)["messages"]
+    tokens = agents.Tokens()
+    first, second = tokens.request(run[:4]), tokens.request(run[:6])
+    assert len(first) > 1024 and (second[: len(first)] == first).all()
+    costs = agents.priced([first, second])  # the pricing the table uses
+    assert costs[1]["anthropic"] == pytest.approx(0.1 * len(first) + 1.25 * (len(second) - len(first)))
+    cached = len(first) // 128 * 128
+    assert costs[1]["openai"] == pytest.approx(len(second) - cached + 0.1 * cached)
+
+
+def test_each_message_is_tokenised_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = agents.rendered
+    monkeypatch.setattr(agents, "rendered", lambda ms: calls.append(1) or real(ms))
+    run = _run(rounds=3)["messages"]
+    tokens = agents.Tokens()
+    for k in range(2, len(run) + 1):
+        tokens.request(run[:k])
+    assert len(calls) == len(run)
+
+
+def test_evidence_in_tool_call_arguments_counts_as_received() -> None:
+    code = 'raise ValueError("\'name\' may not be empty.")'
+    call = {"id": "c", "type": "function",
+            "function": {"name": "edit", "arguments": json.dumps({"new_str": f"    {code}\n"})}}
+    haystack = agents.Tokens().haystack([{"role": "assistant", "content": None, "tool_calls": [call]}])
+    assert agents._normal(code) in haystack
+
+
+def test_a_gateway_setting_over_http_counts_its_errors(data: Path, tmp_path: Path) -> None:
+    # A window smaller than the system prompt and the calls, which are never compressed: the gateway
+    # must refuse, and the table must count it.
+    tiny = json.dumps({"model_info": {"max_input_tokens": 64}})
+    by = _main(data, tmp_path, "--settings", "none,defaults,tiny", "--set", f"tiny={tiny}")
+    assert by["defaults"]["errors"] == 0 and by["defaults"]["invalid"] == 0
+    assert by["defaults"]["evidence"] == 1.0  # the run is short: passed through whole
+    assert by["tiny"]["errors"] == by["tiny"]["steps"]
+    assert by["tiny"]["first_error"].startswith("4")
+
+
+def test_setting_overlays_go_to_the_model_or_the_top_level() -> None:
+    overlay_json = ('{"mixpr": {"budget_tokens": 900}, "general_settings": {"compression_workers": 1}, '
+                    '"litellm_params": {"timeout": 5}}')
+    [(name, overlay)] = agents.parse_set([f"x={overlay_json}"]).items()
+    config = agents.gateway_config("http://127.0.0.1:1/v1", overlay)
+    assert name == "x"
+    assert config["model_list"][0]["mixpr"] == {"budget_tokens": 900}
+    assert config["model_list"][0]["litellm_params"]["model"] == "openai/agent"  # merged, not replaced
+    assert config["general_settings"]["compression_workers"] == 1
+    assert config["general_settings"]["compression_executor"] == "thread"  # merged, not replaced
+    with pytest.raises(SystemExit):
+        agents.parse_set(["nojson"])

@@ -1,0 +1,196 @@
+"""What is sent for one chat call: the trigger, budget, router, the conversation's prefix and the
+model's own count, decided once for every API and for the LiteLLM plug-in (which forwards nothing).
+
+This module never imports the forwarding layer (``gateway.upstream``): the plug-in runs inside a
+LiteLLM proxy and must leave the host's LiteLLM exactly as it found it. Forwarding, Self-Route and
+the reply are ``gateway.core.chat``'s, on top of :class:`Preparer`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gateway.compress.compressor import Compressor, Outcome, Router
+from gateway.compress.history import History, Request
+from gateway.compress.policy import Control, Target
+from gateway.config import ROUTER_ONLY_PARAMS, GatewayConfig, MixprSettings, ModelEntry, max_input_tokens
+from gateway.core import model_tokens, self_route
+from gateway.errors import ModelNotFound, ModelUnavailable
+from gateway.metrics import Metrics
+
+log = logging.getLogger("gateway.core.prepare")
+
+ROUTER_MAX_TOKENS = 2  # "y" or "n", with room for a tokenizer that splits off a leading space
+CALIBRATIONS = 3  # times a request is prepared again after its model's server counted it over the window
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """A chat completion request in the gateway's own terms (OpenAI chat messages)."""
+
+    model: str  # a model_name from model_list
+    messages: list[dict[str, Any]]
+    params: dict[str, Any] = field(default_factory=dict)  # every other OpenAI chat parameter
+    control: Control = Control()
+    stream: bool = False
+    # How the messages prepared for the upstream become the ones sent, when ``messages`` is a view
+    # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
+    wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    raw_reply: bool = False  # the API sends an OpenAI chat answer as is, so may get it as bytes (relay)
+
+
+@dataclass
+class Preparer:
+    """The compression side of a chat call, for every model of ``config``."""
+
+    config: GatewayConfig
+    compressor: Compressor
+    metrics: Metrics
+    managed: dict[str, Any] = field(default_factory=dict)  # model_name -> its ManagedServer
+    # One message-form cache may serve several preparers (the plug-in's, one per model group).
+    history: History | None = None
+    counters: dict[str, model_tokens.ServerCounter] = field(init=False)  # exact counts, by model_name
+
+    def __post_init__(self) -> None:
+        default = self.config.general_settings.default_max_input_tokens
+        # Looked up once: LiteLLM's model map is a large dict, and windows do not change.
+        self.windows = {m.model_name: max_input_tokens(m, default) for m in self.config.model_list}
+        self.settings = {m.model_name: m.settings(self.config.mixpr_settings) for m in self.config.model_list}
+        self.scales = {m.model_name: 1 + model_tokens.margin(m, self.settings[m.model_name])
+                       for m in self.config.model_list}
+        self.counters = model_tokens.server_counters(self.config.model_list)
+        self.entries = {m.model_name: m for m in self.config.model_list}
+        self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
+        if self.history is None:
+            cache_bytes = self.config.general_settings.prefix_cache_bytes
+            self.history = History(self.compressor, cache_bytes=cache_bytes, metrics=self.metrics)
+
+    async def aclose(self) -> None:
+        for counter in self.counters.values():
+            await counter.aclose()
+
+    def entry(self, model: str) -> ModelEntry:
+        entry = self.entries.get(model)
+        if entry is None:
+            raise ModelNotFound(f"The model `{model}` does not exist on this gateway.", param="model")
+        return entry
+
+    async def prepare(self, call: ChatCall) -> Outcome:
+        """What is sent upstream for ``call``: the trigger, budget, query span, router, the
+        messages' forms (``gateway.compress.history``) and failing open decided here, once, for every API
+        and for the LiteLLM guardrail (which sends nothing)."""
+        started = time.perf_counter()
+        entry = self.entry(call.model)
+        self.check_available(entry.model_name)
+        settings = self.settings[entry.model_name]
+        # Room for the Self-Route instruction that ``run`` may append after compression.
+        added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
+        outcome = await self._prepare(entry, call, settings, call.control, added, prefix=True)
+        self._record(entry.model_name, outcome, started)
+        return outcome
+
+    def check_available(self, model_name: str, *, lost: bool = False) -> None:
+        """Raise 503 + Retry-After while the model's managed server is not answering."""
+        server = self.managed.get(model_name)
+        if server is None or (server.ready and not lost):
+            return
+        problem = server.problem or "managed server stopped answering"
+        retry = server.retry_after
+        raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
+                               f"retry in {retry} s.", retry_after=retry)
+
+    async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
+                       added: int = 0, *, prefix: bool = False, more_evidence: bool = False) -> Outcome:
+        """``prefix``: keep the bytes sent for the conversation's earlier turns (escalations do not:
+        they ask about the whole conversation afresh)."""
+        name = entry.model_name
+        target = Target(entry.upstream_model, self.windows[name], _reserve(call.params, settings),
+                        _reserve_param(call.params), added, self.scales[name])
+        more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
+        request = Request(call.messages, call.params.get("tools"), target, settings, control,
+                          self.routers.get(settings.router_model or name), more)
+        outcome = await self._decide(request, name, prefix)
+        counter = self.counters.get(name)
+        if counter is None or control.enabled is False:
+            return outcome
+        return await self._counted(counter, request, name, prefix, outcome)
+
+    async def _decide(self, request: Request, name: str, prefix: bool) -> Outcome:
+        assert self.history is not None  # set in __post_init__
+        if prefix:
+            return await self.history.prepare(request, name)
+        return await self.history.today(request)
+
+    async def _counted(self, counter: model_tokens.ServerCounter, request: Request, name: str,
+                       prefix: bool, outcome: Outcome) -> Outcome:
+        """``outcome`` as the model's own server counts it; prepared again at the scale that count
+        implies while it does not fit (the estimate's margin was too small for this text)."""
+        for _ in range(CALIBRATIONS):
+            exact = await counter.count(outcome.messages, request.tools)
+            if exact is None:  # the server could not count: the estimate stands
+                return outcome
+            if exact <= request.target.limit:
+                original = exact if outcome.action == "passthrough" else outcome.original_tokens
+                return replace(outcome, original_tokens=original, final_tokens=exact)
+            scale = model_tokens.calibrated(request.target.scale, outcome.final_tokens, exact)
+            request = replace(request, target=replace(request.target, scale=scale))
+            outcome = await self._decide(request, name, prefix)
+        return outcome  # still over: the upstream's own refusal reaches the client
+
+    def _record(self, model: str, outcome: Outcome, started: float) -> None:
+        self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
+                                 outcome.route, outcome.compress_ms)
+        log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",
+                 model, outcome.action, outcome.original_tokens, outcome.final_tokens,
+                 outcome.route, _ms(outcome.compress_ms), (time.perf_counter() - started) * 1000)
+
+    def _router(self, model_name: str) -> Router | None:
+        """How workers ask ``model_name`` the auto router's question (deterministic, 2 tokens)."""
+        entry = self.config.model(model_name)
+        if entry is None:
+            return None  # config validation names unknown router models; this is belt and braces
+        timeout = self.settings[model_name].router_timeout_s
+        params = {"max_tokens": ROUTER_MAX_TOKENS, "temperature": 0}
+        return Router(name=model_name, kwargs=self.router_kwargs(entry, params, timeout), timeout=timeout)
+
+    def router_kwargs(self, entry: ModelEntry, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """``litellm.completion`` keyword arguments for the router question, without messages: the
+        deployment's own settings and ``params`` (the gateway's ``ChatService`` maps them per provider)."""
+        kwargs = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
+        kwargs.setdefault("timeout", timeout)
+        kwargs.setdefault("max_retries", 0)
+        return {**kwargs, **params}
+
+
+def _reserve(params: dict[str, Any], settings: Any) -> int:
+    """Tokens kept free for the reply: what the client asked for, else the configured reserve."""
+    asked = params.get("max_completion_tokens") or params.get("max_tokens")
+    return int(asked) if asked else settings.completion_reserve_tokens
+
+
+def _reserve_param(params: dict[str, Any]) -> str | None:
+    """The request field that set the reserve, so that an error can name it."""
+    return next((k for k in ("max_completion_tokens", "max_tokens") if params.get(k)), None)
+
+
+def report_headers(outcome: Outcome) -> dict[str, str]:
+    return {
+        "x-mixpr-action": outcome.action,
+        "x-mixpr-original-tokens": str(outcome.original_tokens),
+        "x-mixpr-compressed-tokens": str(outcome.final_tokens),
+        "x-mixpr-route": outcome.route or "none",
+        "x-mixpr-compress-ms": _ms(outcome.compress_ms),
+        "x-mixpr-prefix-reused-tokens": str(outcome.reused_tokens),
+        "x-mixpr-prefix-basis": outcome.reuse_basis,
+        "x-mixpr-new-forms": str(outcome.new_forms),
+        "x-mixpr-resets": str(outcome.resets),
+        "x-mixpr-reset": "true" if outcome.reset else "false",
+    }
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.1f}" if value is not None else "0"
