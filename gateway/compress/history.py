@@ -429,8 +429,8 @@ def _room(request: Request) -> tuple[int, int]:
     threshold = policy.threshold(target, settings, control)
     room = target.limit if threshold is None else min(threshold, target.limit)
     asked = control.budget_tokens or settings.budget_tokens
-    if asked != policy.AUTO and settings.compress_above_tokens is not None:
-        return room, min(int(asked), room)  # cost mode: the trigger, then the budget
+    if asked != policy.AUTO:
+        return room, min(int(asked), room)  # a cost budget: the trigger (or the window), then the budget
     return room, int(room * settings.prefix.reset_fill)
 
 
