@@ -106,7 +106,8 @@ class History:
         finally:
             bridge.closed = True  # a build still running (its client left) submits nothing more
             ticket.release()
-        outcome = replace(outcome, compress_ms=(time.perf_counter() - started) * 1000)
+        if outcome.action != "passthrough":  # x-mixpr-compress-ms stays 0 when nothing was compressed
+            outcome = replace(outcome, compress_ms=(time.perf_counter() - started) * 1000)
         if request.more_evidence == 1.0 and self.metrics is not None:
             self.metrics.record_prefix(model_name, outcome)
         return outcome
