@@ -78,21 +78,25 @@ class ChatService(Preparer):
         Streaming holds back only the first chunks, until they can no longer spell "unanswerable",
         and before the response starts: so the self-route headers, sent first, are always true.
         """
-        name = entry.model_name
         reply, unanswerable = await self._ask(entry, call, outcome)
-        if unanswerable and outcome.reused_tokens and not outcome.reset:
-            richer = await self._prepare(entry, call, self.settings[name], call.control,
-                                         self_route.INSTRUCTION_TOKENS, prefix=True, more_evidence=True)
-            if not richer.reset and richer.messages != outcome.messages:
-                reply, unanswerable = await self._ask(entry, call, richer)
-                if not unanswerable:
-                    self.metrics.record_self_route(name, self_route.EVIDENCE)
-                    headers = {**reply.headers, "x-mixpr-self-route": self_route.EVIDENCE}
-                    return replace(reply, headers=headers)
+        verdict = self_route.ANSWERED
+        if unanswerable and outcome.reused_tokens and not outcome.reset:  # a follow-up: its history first
+            reply, unanswerable = await self._ask_with_more_evidence(entry, call, outcome, reply)
+            verdict = self_route.EVIDENCE
         if unanswerable:
             return await self._escalate(entry, call, plan)
-        self.metrics.record_self_route(name, self_route.ANSWERED)
-        return replace(reply, headers={**reply.headers, "x-mixpr-self-route": self_route.ANSWERED})
+        self.metrics.record_self_route(entry.model_name, verdict)
+        return replace(reply, headers={**reply.headers, "x-mixpr-self-route": verdict})
+
+    async def _ask_with_more_evidence(self, entry: ModelEntry, call: ChatCall, outcome: Outcome,
+                                      reply: ChatReply) -> tuple[ChatReply, bool]:
+        """Ask again with more evidence from what the history cut; still "unanswerable" when that
+        would send the same bytes or reset the conversation (then escalating is the only step left)."""
+        richer = await self._prepare(entry, call, self.settings[entry.model_name], call.control,
+                                     self_route.INSTRUCTION_TOKENS, prefix=True, more_evidence=True)
+        if richer.reset or richer.messages == outcome.messages:
+            return reply, True
+        return await self._ask(entry, call, richer)
 
     async def _ask(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> tuple[ChatReply, bool]:
         """The reply to ``outcome`` with the Self-Route instruction, and whether it was "unanswerable"

@@ -131,13 +131,9 @@ class Preparer:
         implies while it does not fit (the estimate's margin was too small for this text)."""
         for _ in range(CALIBRATIONS):
             exact = await counter.count(outcome.messages, request.tools)
-            if exact is None:  # the server could not count: the estimate stands
-                return outcome
-            if exact <= request.target.limit:
-                original = exact if outcome.action == "passthrough" else outcome.original_tokens
-                return replace(outcome, original_tokens=original, final_tokens=exact)
-            scale = model_tokens.calibrated(request.target.scale, outcome.final_tokens, exact)
-            request = replace(request, target=replace(request.target, scale=scale))
+            if exact is None or exact <= request.target.limit:
+                return _with_count(outcome, exact)
+            request = _rescaled(request, outcome.final_tokens, exact)
             outcome = await self._decide(request, name, prefix)
         return outcome  # still over: the upstream's own refusal reaches the client
 
@@ -190,6 +186,20 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-resets": str(outcome.resets),
         "x-mixpr-reset": "true" if outcome.reset else "false",
     }
+
+
+def _with_count(outcome: Outcome, exact: int | None) -> Outcome:
+    """``outcome`` reported in the server's exact count (None: it could not count, the estimate stands)."""
+    if exact is None:
+        return outcome
+    original = exact if outcome.action == "passthrough" else outcome.original_tokens
+    return replace(outcome, original_tokens=original, final_tokens=exact)
+
+
+def _rescaled(request: Request, estimated: int, exact: int) -> Request:
+    """``request`` at the model-tokens-per-tiktoken-token scale the server's count implies."""
+    scale = model_tokens.calibrated(request.target.scale, estimated, exact)
+    return replace(request, target=replace(request.target, scale=scale))
 
 
 def _ms(value: float | None) -> str:
