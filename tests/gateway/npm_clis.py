@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from corpus import filler
 
 VENV = Path(__file__).resolve().parents[2] / ".venv"
 
@@ -37,3 +38,17 @@ def installed(package: str, version: str, binary: str, *, env: str, home: str) -
     if script.exists() and path.resolve().stat().st_size < 1_000_000:
         subprocess.run(["node", str(script)], check=True, capture_output=True, timeout=120)
     return path
+
+
+def write_project(folder: Path, files: int) -> list[str]:
+    """``files`` text files of about 3,000 tokens each, a code on each one's first line: what the
+    agent CLIs are asked to read one by one."""
+    paths = []
+    for n in range(files):
+        path = folder / "project" / f"notes_{n:02d}.txt"
+        path.parent.mkdir(exist_ok=True)
+        lines = [f"CODE-{n}-{'abcdefghijklmnopqrstuvwxyz'[n]}x"]
+        lines += [filler(8, seed=100 * n + k) for k in range(16)]
+        path.write_text("\n".join(lines) + "\n")
+        paths.append(str(path))
+    return paths

@@ -23,9 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import UPSTREAM_KEY, ServerThread
-from corpus import filler
 from fake_anthropic import FINAL_TEXT, READ_ID, FakeAnthropic
-from npm_clis import installed
+from npm_clis import installed, write_project
 
 from gateway import create_app
 from gateway.config import parse_config
@@ -45,15 +44,7 @@ def claude() -> Path:
 @pytest.fixture
 def project(tmp_path: Path) -> list[str]:
     """15 files of about 3,000 tokens each, a code on each one's first line."""
-    paths = []
-    for n in range(FILES):
-        path = tmp_path / "project" / f"notes_{n:02d}.txt"
-        path.parent.mkdir(exist_ok=True)
-        lines = [f"CODE-{n}-{'abcdefghijklmnopqrstuvwxyz'[n]}x"]
-        lines += [filler(8, seed=100 * n + k) for k in range(16)]
-        path.write_text("\n".join(lines) + "\n")
-        paths.append(str(path))
-    return paths
+    return write_project(tmp_path, FILES)
 
 
 @pytest.fixture
