@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -133,7 +134,8 @@ class History:
             older_end=lambda i: _older_end(request.messages, i),
             last_end=lambda i: _last_end(request.messages, i),
             harder=lambda js, levels: self._sizes(plan, bridge, js, levels),
-            max_level=MAX_LEVEL, snapshot_at=previous)
+            max_level=MAX_LEVEL, snapshot_at=previous,
+            stale=lambda i, older: _stale(request.messages, i, older))
         sent = self._assemble(plan, scanned.levels)
         return self._outcome(plan, scanned, sent, previous, model_name)
 
@@ -441,6 +443,40 @@ def _turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
     ends = [i for i in range(len(messages) - 1)
             if messages[i].get("role") in ("user", "tool") and messages[i + 1].get("role") == "assistant"]
     return [*ends, len(messages) - 1]
+
+
+IDENTIFIER = re.compile(r"[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z_]\w*_\w+|[a-z]+[A-Z]\w*")
+
+
+def _stale(messages: Sequence[dict[str, Any]], i: int, older: list[int]) -> list[int]:
+    """Of ``older``, those a reset at ``i`` would rather harden: all but the tool outputs some of whose
+    identifiers (paths, dotted or snake_case or camelCase names) the agent has written since (in its
+    words or tool-call arguments, up to ``i``). Causal: reads messages ``0..i`` only."""
+    since: list[set[str]] = [set() for _ in range(i + 2)]  # since[j]: identifiers the agent wrote after j
+    for k in range(i, -1, -1):
+        since[k] = since[k + 1]
+        message = messages[k]
+        if message.get("role") == "assistant":
+            words = [_message_text(message)]
+            calls = [c for c in message.get("tool_calls") or () if isinstance(c, dict)]
+            words += [str((c.get("function") or {}).get("arguments", "")) for c in calls]
+            found = set(IDENTIFIER.findall("\n".join(words)))
+            if found:
+                since[k] = since[k + 1] | found
+    def mentioned(j: int) -> bool:
+        if messages[j].get("role") != "tool":
+            return False
+        return not since[j + 1].isdisjoint(IDENTIFIER.findall(_message_text(messages[j])))
+    return [j for j in older if not mentioned(j)]
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if forms.is_text(p))
+    return ""
 
 
 def _older_end(messages: Sequence[dict[str, Any]], i: int) -> int:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 # Sizes of messages ``indices`` at ``levels`` (computing their forms when needed).
 Sizes = Callable[[Sequence[int], Sequence[int]], list[int]]
+# Of the older messages a reset at ``i`` may harden, those the agent no longer works on.
+Stale = Callable[[int, list[int]], list[int]]
 
 
 @dataclass
@@ -31,32 +33,55 @@ class Scan:
 
 
 def scan(sizes: list[int], constant: int, *, room: int, after: int, older_end: Callable[[int], int],
-         last_end: Callable[[int], int], harder: Sizes, max_level: int, snapshot_at: int = -1) -> Scan:
+         last_end: Callable[[int], int], harder: Sizes, max_level: int, snapshot_at: int = -1,
+         stale: Stale | None = None) -> Scan:
     """Levels for every message (``sizes``: their tokens at level 0), within ``room`` if resets can
     make it fit. ``older_end(i)``: the older part a reset at ``i`` hardens is ``[0, older_end(i))``;
     when that is not enough, ``[0, last_end(i))`` (the newest turn too: a window that small leaves
-    no choice)."""
+    no choice). ``stale(i, older)``: those of them a reset at ``i`` would rather harden (reading
+    messages ``0..i`` only) go harder first, and alone when that brings the total halfway between
+    ``after`` and ``room``."""
     current = list(sizes)
     result = Scan([0] * len(sizes), total=constant)
     for i, size in enumerate(sizes):
         result.total += size
         if result.total > room:
-            _reset(result, current, i, older_end(i), after, harder, max_level)
+            _reset(result, current, i, older_end(i), after, harder, max_level, stale, (after + room) // 2)
         if result.total > room:
-            _reset(result, current, i, last_end(i), room, harder, max_level)
+            _reset(result, current, i, last_end(i), room, harder, max_level, stale)
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
 
 
 def _reset(result: Scan, current: list[int], i: int, end: int, after: int, harder: Sizes,
-           max_level: int) -> None:
+           max_level: int, stale: Stale | None = None, enough: int = 0) -> None:
     """Raise the levels of the oldest messages of ``[0, end)``, by the fewest steps and then as few
     of them as bring the total under ``after``: the newest messages are the likeliest to be read
-    again, so they keep their form longest."""
+    again, so they keep their form longest. When ``stale`` names some of them, they go harder first,
+    as far as the last level, and alone when that brings the total under ``enough`` (a looser
+    target: the outputs the agent works on keep their form)."""
     older = [j for j in range(end) if result.levels[j] < max_level]
     if not older:
         return
+    if stale is not None:
+        first = stale(i, older)
+        if first and first != older:
+            levels, sizes, saved, count = _fewest(result, current, first, after, harder, max_level)
+            _apply(result, current, i, first[:count], levels, sizes, saved)
+            if result.total <= max(after, enough):
+                return
+            older = [j for j in older if result.levels[j] < max_level]
+            if not older:
+                return
+    levels, sizes, saved, count = _fewest(result, current, older, after, harder, max_level)
+    _apply(result, current, i, older[:count], levels, sizes, saved)
+
+
+def _fewest(result: Scan, current: list[int], older: list[int], after: int, harder: Sizes,
+            max_level: int) -> tuple[list[int], list[int], int, int]:
+    """The fewest steps, and then the fewest of ``older`` (in order), that bring the total under
+    ``after`` (or as near as the last level gets)."""
     for step in range(1, max_level + 1):
         levels = [min(result.levels[j] + step, max_level) for j in older]
         sizes = harder(older, levels)
@@ -68,9 +93,14 @@ def _reset(result: Scan, current: list[int], i: int, end: int, after: int, harde
             count += 1
         if result.total - saved <= after or all(level == max_level for level in levels):
             break
+    return levels, sizes, saved, count
+
+
+def _apply(result: Scan, current: list[int], i: int, chosen: list[int], levels: list[int], sizes: list[int],
+           saved: int) -> None:
     if saved <= 0:
         return  # nothing left to gain: not a reset (it would change bytes for nothing)
-    for j, level, size in zip(older[:count], levels, sizes, strict=False):
+    for j, level, size in zip(chosen, levels, sizes, strict=False):
         result.levels[j], current[j] = level, size
     result.total -= saved
     if not result.points or result.points[-1] != i:
