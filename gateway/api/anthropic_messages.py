@@ -123,7 +123,8 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
     payload = {k: v for k, v in sent.items() if k != "mixpr"}
     payload["model"] = relay.model_name(entry)
     timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s
-    reply = await relay.send(entry, payload, request.headers, query=request.url.query, timeout=float(timeout))
+    reply = await relay.send(gateway.chat.anthropic_http, entry, payload, request.headers,
+                             query=request.url.query, timeout=float(timeout))
     headers = {**{k: v for k, v in reply.headers.items() if k.lower() != "content-type"},
                **report_headers(outcome)}
     media = reply.headers.get("content-type") or reply.headers.get("Content-Type")

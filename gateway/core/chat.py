@@ -18,7 +18,7 @@ from gateway.config import ModelEntry
 from gateway.core import self_route
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
-from gateway.upstream import chat_relay
+from gateway.upstream import chat_relay, relay
 from gateway.upstream import forward as upstream
 
 __all__ = ["ChatCall", "ChatReply", "ChatService", "report_headers"]
@@ -49,10 +49,12 @@ class ChatService(Preparer):
         general = self.config.general_settings
         self.relay = chat_relay.Relay.for_models(self.config.model_list, timeout=general.request_timeout_s,
                                                  enabled=general.raw_relay)
+        self.anthropic_http = relay.pool()  # /v1/messages to Anthropic models, relayed as sent
 
     async def aclose(self) -> None:
         await super().aclose()
         await self.relay.aclose()
+        await self.anthropic_http.aclose()
 
     async def run(self, call: ChatCall) -> ChatReply:
         outcome = await self.prepare(call)

@@ -67,21 +67,26 @@ def headers(entry: ModelEntry, client: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-async def send(entry: ModelEntry, body: dict[str, Any], client: Mapping[str, str], *, query: str,
-               timeout: float) -> Relayed:
-    """POST ``body`` to ``entry``'s Messages endpoint. A streamed answer is handed back open (read
-    ``stream`` to the end, or close it); an error status comes back with the upstream's body."""
+def pool() -> httpx.AsyncClient:
+    """One pooled client for every relayed request of an app (its owner closes it): a client per
+    request would open a new TLS connection to the provider each time."""
+    return httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=32))
+
+
+async def send(http: httpx.AsyncClient, entry: ModelEntry, body: dict[str, Any], client: Mapping[str, str], *,
+               query: str, timeout: float) -> Relayed:
+    """POST ``body`` to ``entry``'s Messages endpoint through ``http`` (see :func:`pool`). A streamed
+    answer is handed back open (read ``stream`` to the end, or close it); an error status comes back
+    with the upstream's body."""
     data = await offload.inline_or_run(offload.is_big(body), _encoded, body)
-    http = httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+    request = http.build_request("POST", url(entry, query), content=data, headers=headers(entry, client),
+                                 timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
     try:
-        request = http.build_request("POST", url(entry, query), content=data, headers=headers(entry, client))
         response = await http.send(request, stream=True)
     except httpx.TimeoutException:
-        await http.aclose()
         raise UpstreamError("The upstream model did not answer in time.", status_code=504,
                             code="upstream_timeout") from None
     except httpx.HTTPError:
-        await http.aclose()
         raise UpstreamError("Could not reach the upstream model (connection failed).", status_code=502,
                             code="upstream_connection_error") from None
     passed = {k: v for k, v in response.headers.items() if k.lower() in REPLY_HEADERS}
@@ -90,9 +95,8 @@ async def send(entry: ModelEntry, body: dict[str, Any], client: Mapping[str, str
             content = await response.aread()
         finally:
             await response.aclose()
-            await http.aclose()
         return Relayed(response.status_code, passed, content=content)
-    return Relayed(response.status_code, passed, stream=_bytes(response, http))
+    return Relayed(response.status_code, passed, stream=_bytes(response))
 
 
 def _encoded(body: dict[str, Any]) -> bytes:
@@ -108,7 +112,7 @@ def usage(content: bytes) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-async def _bytes(response: httpx.Response, http: httpx.AsyncClient) -> AsyncIterator[bytes]:
+async def _bytes(response: httpx.Response) -> AsyncIterator[bytes]:
     try:
         async for chunk in response.aiter_bytes():
             yield chunk
@@ -118,4 +122,3 @@ async def _bytes(response: httpx.Response, http: httpx.AsyncClient) -> AsyncIter
         yield f"event: error\ndata: {json.dumps(error)}\n\n".encode()
     finally:
         await response.aclose()
-        await http.aclose()
