@@ -451,23 +451,27 @@ IDENTIFIER = re.compile(r"[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z_]\w*_\w+|[a-z]+
 def _stale(messages: Sequence[dict[str, Any]], i: int, older: list[int]) -> list[int]:
     """Of ``older``, those a reset at ``i`` would rather harden: all but the tool outputs some of whose
     identifiers (paths, dotted or snake_case or camelCase names) the agent has written since (in its
-    words or tool-call arguments, up to ``i``). Causal: reads messages ``0..i`` only."""
-    since: list[set[str]] = [set() for _ in range(i + 2)]  # since[j]: identifiers the agent wrote after j
-    for k in range(i, -1, -1):
-        since[k] = since[k + 1]
-        message = messages[k]
-        if message.get("role") == "assistant":
-            words = [_message_text(message)]
-            calls = [c for c in message.get("tool_calls") or () if isinstance(c, dict)]
-            words += [str((c.get("function") or {}).get("arguments", "")) for c in calls]
-            found = set(IDENTIFIER.findall("\n".join(words)))
-            if found:
-                since[k] = since[k + 1] | found
+    words or tool-call arguments, up to ``i``). Causal: reads messages ``0..i`` only. Linear: one pass
+    records where the agent last wrote each identifier."""
+    last_written: dict[str, int] = {}
+    for k in range(i + 1):
+        if messages[k].get("role") == "assistant":
+            for name in IDENTIFIER.findall(_agent_words(messages[k])):
+                last_written[name] = k
+
     def mentioned(j: int) -> bool:
         if messages[j].get("role") != "tool":
             return False
-        return not since[j + 1].isdisjoint(IDENTIFIER.findall(_message_text(messages[j])))
+        return any(last_written.get(name, -1) > j for name in IDENTIFIER.findall(_message_text(messages[j])))
+
     return [j for j in older if not mentioned(j)]
+
+
+def _agent_words(message: dict[str, Any]) -> str:
+    """An assistant message's text and its tool calls' arguments."""
+    calls = [c for c in message.get("tool_calls") or () if isinstance(c, dict)]
+    args = [str((c.get("function") or {}).get("arguments", "")) for c in calls]
+    return "\n".join([_message_text(message), *args])
 
 
 def _message_text(message: dict[str, Any]) -> str:
