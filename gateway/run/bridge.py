@@ -24,8 +24,11 @@ class Ticket:
         self._workers = workers
         self._on_shed = on_shed
         self._admitted = False
+        self._released = False
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self._released:  # a batch a cancelled build had scheduled: its place was given back
+            raise RuntimeError("the request this job was for has ended")
         if not self._admitted:
             if not self._queue.try_take(1):
                 if self._on_shed is not None:
@@ -35,6 +38,7 @@ class Ticket:
         return await self._workers.run(fn, *args, **kwargs)
 
     def release(self) -> None:
+        self._released = True
         if self._admitted:
             self._queue.give_back(1)
             self._admitted = False
