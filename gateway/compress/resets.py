@@ -127,6 +127,17 @@ def turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
 
 
 IDENTIFIER = re.compile(r"[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z_]\w*_\w+|[a-z]+[A-Z]\w*")
+# Every identifier lies within a run of these characters. ``IDENTIFIER`` backtracks quadratically in
+# a run's length, and a run longer than this is a hash, base64 or minified data, not a name the
+# agent refers to: it is not searched.
+NAME_RUN = re.compile(r"[\w./-]+")
+IDENTIFIER_MAX_CHARS = 200
+
+
+def identifiers(text: str) -> list[str]:
+    """The identifiers in ``text`` (paths, dotted or snake_case or camelCase names), in linear time."""
+    return [name for run in NAME_RUN.findall(text) if len(run) <= IDENTIFIER_MAX_CHARS
+            for name in IDENTIFIER.findall(run)]
 
 
 def stale(messages: Sequence[dict[str, Any]], i: int, older: list[int]) -> list[int]:
@@ -137,13 +148,13 @@ def stale(messages: Sequence[dict[str, Any]], i: int, older: list[int]) -> list[
     last_written: dict[str, int] = {}
     for k in range(i + 1):
         if messages[k].get("role") == "assistant":
-            for name in IDENTIFIER.findall(agent_words(messages[k])):
+            for name in identifiers(agent_words(messages[k])):
                 last_written[name] = k
 
     def mentioned(j: int) -> bool:
         if messages[j].get("role") != "tool":
             return False
-        return any(last_written.get(name, -1) > j for name in IDENTIFIER.findall(shape.text(messages[j])))
+        return any(last_written.get(name, -1) > j for name in identifiers(shape.text(messages[j])))
 
     return [j for j in older if not mentioned(j)]
 

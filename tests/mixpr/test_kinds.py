@@ -1,9 +1,13 @@
 import json
+import random
+import re
+import time
 
 import pytest
 
 from mixpr.kinds import KINDS, resolve, split
 from mixpr.kinds.code import commentary
+from mixpr.kinds.grep import file_of
 
 PYTHON = "\n".join(
     [
@@ -153,6 +157,32 @@ def test_grep_blocks_hold_one_file_each():
     for text, label in zip(blocks.texts(), blocks.labels, strict=True):
         assert {line.split(":")[0] for line in text.splitlines()} == {label}
     assert set(blocks.labels) == {"src/app/loader.py", "src/app/cli.py", "tests/test_loader.py"}
+
+
+def test_grep_file_names_are_read_as_the_patterns_say() -> None:
+    """One pass reads the names the old patterns did (checked on many short lines, where they are fast)."""
+    named = re.compile(r"^(\S+?\.\w+|\S*/\S+?)(?::\d+[:-]|-\d+-|:)")
+    listed = re.compile(r"^\s*(\S*[/\\]\S*|\S+\.\w{1,5})/?\s*$")
+    counted = re.compile(r"^(\S+) \(\d+ match(?:es)?\)\s*$")
+
+    def by_patterns(line: str) -> str:
+        match = named.match(line)
+        if match:
+            return match.group(1)
+        match = counted.match(line) or listed.match(line)
+        return match.group(1).rstrip("/").rsplit("/", 1)[0] if match else ""
+
+    rng = random.Random(7)
+    lines = ["".join(rng.choice("ab./:-1 \\py") for _ in range(rng.randint(0, 14))) for _ in range(20_000)]
+    lines += [line for line in GREP.splitlines()]
+    assert [file_of(line) for line in lines] == [by_patterns(line) for line in lines]
+
+
+@pytest.mark.parametrize("line", ["/" * 20_000 + " x", "a/" * 10_000 + " x", "a." * 10_000 + ":"])
+def test_a_long_line_is_read_in_linear_time(line: str) -> None:
+    started = time.perf_counter()
+    split("\n".join([line, *GREP.splitlines()]), "grep")
+    assert time.perf_counter() - started < 1.0  # the backtracking patterns took 18-40 s
 
 
 def test_diff_blocks_are_hunks_labelled_by_file():

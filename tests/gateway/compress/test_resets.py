@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import random
+import time
+from typing import Any
+
 from gateway.compress import resets
 
 
@@ -28,3 +33,36 @@ def test_the_scan_is_causal() -> None:
     assert full.points and full.total <= 2000
     for k in range(1, len(sizes)):
         assert run(k).points == [p for p in full.points if p < k]
+
+
+def _tool_loop(output: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": "cat log"})}}
+    return [
+        {"role": "user", "content": "Fix the failing build."},
+        {"role": "assistant", "content": "Reading the log.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": output},
+        {"role": "assistant", "content": "The error is in src/build_config.py, see parseArgs."},
+        {"role": "user", "content": "Go on."},
+    ]
+
+
+def test_an_output_the_agent_refers_to_is_not_stale() -> None:
+    named = _tool_loop("Traceback: src/build_config.py line 3 in parseArgs")
+    unnamed = _tool_loop("Traceback: lib/other.py line 3 in main")
+    assert resets.stale(named, 4, [2]) == [] and resets.stale(unnamed, 4, [2]) == [2]
+
+
+def test_a_long_hex_string_is_read_in_linear_time() -> None:
+    """A 20 kB run of hex in an output (a digest, a blob): the identifier pattern backtracked
+    quadratically on it (about 20 s); the precise figure for 50 kB is printed by ``bench.builds``."""
+    messages = _tool_loop("checksum " + "ab12" * 5_000 + "\nsrc/build_config.py failed")
+    started = time.perf_counter()
+    assert resets.stale(messages, 4, [2]) == []
+    assert time.perf_counter() - started < 1.0
+
+
+def test_identifiers_are_those_the_pattern_finds_in_ordinary_text() -> None:
+    rng = random.Random(3)
+    text = "".join(rng.choice("aB_./-x1 \n:") for _ in range(200_000))
+    assert resets.identifiers(text) == resets.IDENTIFIER.findall(text)
