@@ -129,12 +129,12 @@ class History:
         room, after = _room(request)
         self._evidence(plan, bridge, request.target.counted(room))
         ends = resets.turn_ends(request.messages)
+        reach = resets.Reach(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
         scanned = resets.scan(
             [self._size(plan, j, 0) for j in range(len(request.messages))], plan.constant,
             room=request.target.counted(room), after=request.target.counted(after),
-            older_end=lambda i: resets.older_end(request.messages, i),
-            last_end=lambda i: resets.last_end(request.messages, i),
+            older_end=reach.older_end, last_end=reach.last_end,
             harder=lambda js, levels: self._sizes(plan, bridge, js, levels),
             max_level=MAX_LEVEL, snapshot_at=previous,
             stale=lambda i, older: resets.stale(request.messages, i, older))

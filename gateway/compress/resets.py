@@ -16,6 +16,7 @@ within its tool loop, and first the tool outputs the agent no longer refers to.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -51,19 +52,46 @@ def scan(sizes: list[int], constant: int, *, room: int, after: int, older_end: C
     ``after`` and ``room``."""
     current = list(sizes)
     result = Scan([0] * len(sizes), total=constant)
+    stuck = _Stuck(result, current, harder, max_level)
     for i, size in enumerate(sizes):
         result.total += size
-        if result.total > room:
-            _reset(result, current, i, older_end(i), after, harder, max_level, stale, (after + room) // 2)
-        if result.total > room:
-            _reset(result, current, i, last_end(i), room, harder, max_level, stale)
+        if result.total > room and stuck.may_gain(older_end(i)):
+            stuck.gained(_reset(result, current, i, older_end(i), after, harder, max_level, stale,
+                                (after + room) // 2))
+        if result.total > room and stuck.may_gain(last_end(i)):
+            stuck.gained(_reset(result, current, i, last_end(i), room, harder, max_level, stale))
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
 
 
+class _Stuck:
+    """How far the messages cannot shrink: every message before ``end`` below the last level is no
+    smaller at the last level than it is now, so a reset there would change nothing. Once a
+    conversation is over the room with nothing left to shrink (cost mode, a long chat of short
+    lines), each later message then asks only about the messages new since, not all of them again:
+    the scan stays linear. A reset that gains starts the knowledge over."""
+
+    def __init__(self, result: Scan, current: list[int], harder: Sizes, max_level: int) -> None:
+        self.result, self.current, self.harder, self.max_level = result, current, harder, max_level
+        self.end = 0
+
+    def gained(self, gained: bool) -> None:
+        if gained:  # sizes changed: what was known is asked again
+            self.end = 0
+
+    def may_gain(self, end: int) -> bool:
+        fresh = [j for j in range(self.end, end) if self.result.levels[j] < self.max_level]
+        if fresh:
+            floors = self.harder(fresh, [self.max_level] * len(fresh))
+            if any(floor < self.current[j] for j, floor in zip(fresh, floors, strict=True)):
+                return True
+        self.end = max(self.end, end)
+        return False
+
+
 def _reset(result: Scan, current: list[int], i: int, end: int, after: int, harder: Sizes,
-           max_level: int, stale: Stale | None = None, enough: int = 0) -> None:
+           max_level: int, stale: Stale | None = None, enough: int = 0) -> bool:
     """Raise the levels of the oldest messages of ``[0, end)``, by the fewest steps and then as few
     of them as bring the total under ``after``: the newest messages are the likeliest to be read
     again, so they keep their form longest. When ``stale`` names some of them, they go harder first,
@@ -71,19 +99,20 @@ def _reset(result: Scan, current: list[int], i: int, end: int, after: int, harde
     target: the outputs the agent works on keep their form)."""
     older = [j for j in range(end) if result.levels[j] < max_level]
     if not older:
-        return
+        return False
+    gained = False
     if stale is not None:
         first = stale(i, older)
         if first and first != older:
             levels, sizes, saved, count = _fewest(result, current, first, after, harder, max_level)
-            _apply(result, current, i, first[:count], levels, sizes, saved)
+            gained = _apply(result, current, i, first[:count], levels, sizes, saved)
             if result.total <= max(after, enough):
-                return
+                return gained
             older = [j for j in older if result.levels[j] < max_level]
             if not older:
-                return
+                return gained
     levels, sizes, saved, count = _fewest(result, current, older, after, harder, max_level)
-    _apply(result, current, i, older[:count], levels, sizes, saved)
+    return _apply(result, current, i, older[:count], levels, sizes, saved) or gained
 
 
 def _fewest(result: Scan, current: list[int], older: list[int], after: int, harder: Sizes,
@@ -105,14 +134,15 @@ def _fewest(result: Scan, current: list[int], older: list[int], after: int, hard
 
 
 def _apply(result: Scan, current: list[int], i: int, chosen: list[int], levels: list[int], sizes: list[int],
-           saved: int) -> None:
+           saved: int) -> bool:
     if saved <= 0:
-        return  # nothing left to gain: not a reset (it would change bytes for nothing)
+        return False  # nothing left to gain: not a reset (it would change bytes for nothing)
     for j, level, size in zip(chosen, levels, sizes, strict=False):
         result.levels[j], current[j] = level, size
     result.total -= saved
     if not result.points or result.points[-1] != i:
         result.points.append(i)
+    return True
 
 
 # -- what a reset may touch --------------------------------------------------------------------
@@ -165,26 +195,43 @@ def agent_words(message: dict[str, Any]) -> str:
     return "\n".join([shape.text(message), *args])
 
 
-def older_end(messages: Sequence[dict[str, Any]], i: int) -> int:
-    """The end of the part a reset at ``i`` may harden: before the newest assistant message up to
-    ``i`` (the newest turn stays as first sent), and before any assistant message that carries
-    thinking blocks after the last user message (its provider checks what precedes it)."""
-    end = next((j for j in range(i, -1, -1) if messages[j].get("role") == "assistant"), 0)
-    return min(end, thinking_end(messages, i))
+class Reach:
+    """What a reset at message ``i`` may touch, for one request's messages, each answer in constant
+    time (the scan asks at every message over the room): where the older part ends and where
+    everything but the question ends, never from a checked thinking block on."""
+
+    def __init__(self, messages: Sequence[dict[str, Any]]) -> None:
+        roles = [m.get("role") for m in messages]
+        self._user = _last(roles, "user")
+        self._assistant = _last(roles, "assistant")
+        self._roles = roles
+        thinking = [i for i, m in enumerate(messages) if roles[i] == "assistant" and shape.thinks(m)]
+        self._thinking = [bisect.bisect_left(thinking, j) for j in range(len(messages))]
+        self._thinking_at = [*thinking, len(messages) + 1]
+
+    def older_end(self, i: int) -> int:
+        """The end of the part a reset at ``i`` may harden: before the newest assistant message up to
+        ``i`` (the newest turn stays as first sent), and before any assistant message that carries
+        thinking blocks after the last user message (its provider checks what precedes it)."""
+        return min(self._assistant[i], self.thinking_end(i))
+
+    def thinking_end(self, i: int) -> int:
+        """The first assistant message with thinking blocks since the last user message up to ``i``
+        (``i + 1`` if none): its provider checks what precedes it, within the current tool loop."""
+        first = self._thinking_at[self._thinking[self._user[i]]]
+        return first if first <= i else i + 1
+
+    def last_end(self, i: int) -> int:
+        """What a reset at ``i`` hardens when the older part is not enough: everything up to ``i`` but
+        the last user message (the question), and still nothing from a checked thinking block on."""
+        end = i if self._roles[i] == "user" else i + 1
+        return min(end, self.thinking_end(i))
 
 
-def thinking_end(messages: Sequence[dict[str, Any]], i: int) -> int:
-    """The first assistant message with thinking blocks since the last user message up to ``i``
-    (``i + 1`` if none): its provider checks what precedes it, within the current tool loop."""
-    last_user = next((j for j in range(i, -1, -1) if messages[j].get("role") == "user"), 0)
-    return next((j for j in range(last_user, i + 1) if messages[j].get("role") == "assistant"
-                 and shape.thinks(messages[j])), i + 1)
-
-
-def last_end(messages: Sequence[dict[str, Any]], i: int) -> int:
-    """What a reset at ``i`` hardens when the older part is not enough: everything up to ``i`` but the
-    last user message (the question), and still nothing from a checked thinking block on."""
-    end = i + 1
-    if messages[i].get("role") == "user":
-        end = i
-    return min(end, thinking_end(messages, i))
+def _last(roles: list[Any], role: str) -> list[int]:
+    """For each message, the index of the last one up to it with ``role`` (0 if none)."""
+    out, last = [], 0
+    for i, found in enumerate(roles):
+        last = i if found == role else last
+        out.append(last)
+    return out

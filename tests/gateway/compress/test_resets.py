@@ -66,3 +66,42 @@ def test_identifiers_are_those_the_pattern_finds_in_ordinary_text() -> None:
     rng = random.Random(3)
     text = "".join(rng.choice("aB_./-x1 \n:") for _ in range(200_000))
     assert resets.identifiers(text) == resets.IDENTIFIER.findall(text)
+
+
+class _Counted(dict):  # type: ignore[type-arg]
+    """A message that counts how often the scan reads it."""
+
+    reads = 0
+
+    def get(self, *args: Any) -> Any:
+        _Counted.reads += 1
+        return super().get(*args)
+
+
+def _scan_work(turns: int) -> int:
+    """Reads of messages and sizes asked for, scanning a cost-mode loop of one-line steps (nothing
+    can shrink, so the total stays over the room from early on)."""
+    messages: list[dict[str, Any]] = [_Counted(role="user", content="Keep going.")]
+    for step in range(turns):
+        call = {"id": f"c{step}", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
+        messages += [_Counted(role="assistant", content="ok", tool_calls=[call]),
+                     _Counted(role="tool", tool_call_id=f"c{step}", content="done")]
+    asked = 0
+
+    def harder(js: list[int], levels: list[int]) -> list[int]:
+        nonlocal asked
+        asked += len(js)
+        return [10] * len(js)
+
+    _Counted.reads = 0
+    reach = resets.Reach(messages)
+    resets.scan([10] * len(messages), 0, room=1_000, after=600,
+                older_end=reach.older_end, last_end=reach.last_end,
+                harder=harder, max_level=6, stale=lambda i, older: resets.stale(messages, i, older))
+    return _Counted.reads + asked
+
+
+def test_a_scan_that_cannot_shrink_anything_is_linear() -> None:
+    """Once the older messages cannot shrink, each later message must not re-run the reset over all
+    of them (400 steps took 4.2x the work of 200: it grew as the square; bench.builds times 3,000)."""
+    assert _scan_work(400) <= 2.5 * _scan_work(200)
