@@ -120,7 +120,7 @@ def _path(arguments: Any) -> str | None:
     """A ``path`` (or ``file_path``) argument of the call: the file the result shows."""
     try:
         parsed = json.loads(arguments) if isinstance(arguments, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(parsed, dict):
         return None
@@ -218,12 +218,15 @@ def _arguments(arguments: str, asked: int, query: str, model: str | None) -> str
     unchanged when they are not JSON."""
     try:
         parsed = json.loads(arguments)
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
     total = max(1, count_tokens(arguments, model))
-    shrunk = _strings(parsed, lambda s: _compressed(s, max(1, asked * count_tokens(s, model) // total), query,
-                                                   None, model))
-    return json.dumps(shrunk, ensure_ascii=False)
+    try:
+        shrunk = _strings(parsed, lambda s: _compressed(s, max(1, asked * count_tokens(s, model) // total),
+                                                       query, None, model))
+        return json.dumps(shrunk, ensure_ascii=False)
+    except RecursionError:  # parsed, but nested too deep to walk (and write) again: kept as written
+        return arguments
 
 
 def _strings(value: Any, shrink: Any) -> Any:

@@ -49,7 +49,7 @@ def is_json(value: Any) -> bool:
         return False
     try:
         json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past Python's limit: a string like any other
         return False
     return True
 
