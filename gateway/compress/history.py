@@ -76,6 +76,7 @@ class _Plan:
     forms: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
     evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
     new_forms: int = 0  # forms computed for this request (not found in the cache)
+    failed: int = 0  # forms and evidence blocks the pool failed to compute (their pieces keep what they had)
 
 
 class History:
@@ -116,10 +117,19 @@ class History:
         return outcome
 
     async def today(self, request: Request) -> Outcome:
-        """The whole request compressed for its last question, as if it had no earlier turns."""
-        return await self.compressor.prepare(
+        """The whole request compressed for its last question, as if it had no earlier turns; checked
+        like forms (``gateway.compress.checks``): what fails them is not sent."""
+        outcome = await self.compressor.prepare(
             request.messages, tools=request.tools, target=request.target, settings=request.settings,
             control=request.control, router=request.router)
+        if outcome.action != "compressed":
+            return outcome
+        problems = await offload.inline_or_run(offload.many(request.messages), checks.problems,
+                                               request.messages, outcome.messages)
+        if not problems:
+            return outcome
+        log.warning("compressed request failed its checks (%s)", "; ".join(problems[:3]))
+        return _unsafe(request, problems, outcome.original_tokens)
 
     # -- in a thread ------------------------------------------------------------------------------
 
@@ -219,11 +229,20 @@ class History:
         if not missing:
             return
         jobs = [(plan.pieces[wanted[0][0]], asked, model) for asked, wanted in missing.values()]
-        for (name, (_, uses)), form in zip(missing.items(), bridge.map(forms.form_job, jobs), strict=True):
+        entries = list(missing.items())
+
+        def keep(index: int, form: tuple[str, int]) -> None:  # cached as it arrives
+            name, (_, uses) = entries[index]
             self.cache.put(name, form)
             for use in uses:
                 plan.forms[use] = form
-        plan.new_forms += len(missing)
+
+        done = bridge.map(forms.form_job, jobs, keep)
+        failed = [uses for (_, (_, uses)), form in zip(entries, done, strict=True) if form is None]
+        plan.new_forms += len(missing) - len(failed)
+        plan.failed += len(failed)
+        for number, level in (use for uses in failed for use in uses):
+            _keep_lower(plan, number, level)
 
     def _evidence(self, plan: _Plan, bridge: Bridge, room: int) -> None:
         """Evidence blocks for follow-up questions: each user message after the first, from the
@@ -253,11 +272,17 @@ class History:
             else:
                 missing[name] = (number, (question, texts, cap, model))
         if missing:
-            done = bridge.map(evidence.evidence_job, [job for _, job in missing.values()])
-            for (name, (number, _)), block in zip(missing.items(), done, strict=True):
+            entries = list(missing.items())
+
+            def keep(index: int, block: tuple[str, int]) -> None:  # cached as it arrives
+                name, (number, _) = entries[index]
                 self.cache.put(name, block)
                 plan.evidence[number] = block
-            plan.new_forms += len(missing)
+
+            done = bridge.map(evidence.evidence_job, [job for _, job in missing.values()], keep)
+            failed = sum(block is None for block in done)  # those follow-ups go without evidence
+            plan.new_forms += len(missing) - failed
+            plan.failed += failed
 
     def _size(self, plan: _Plan, message: int, level: int) -> int:
         total = plan.rest[message]
@@ -315,13 +340,11 @@ class History:
         request = plan.request
         if problems:
             log.warning("built request failed its checks (%s); sending the original", "; ".join(problems[:3]))
+            return _unsafe(request, problems, original)
         if original <= request.target.limit:
-            return Outcome(request.messages, "passthrough", original, original, failed_open=bool(problems))
-        if problems:
-            raise ContextLengthExceeded(
-                f"The prompt is {original} tokens and the model accepts {request.target.window} (with "
-                f"{request.target.reserve} kept for the reply); compressing it would have broken its "
-                f"structure ({problems[0]}), so it was not sent.", param="messages")
+            return Outcome(request.messages, "passthrough", original, original)
+        if plan.failed:  # not the client's fault: the whole request, as today (503 if the pool is down)
+            raise RuntimeError(f"{plan.failed} forms failed and what was built does not fit")
         raise ContextLengthExceeded(
             f"The prompt is {original} tokens and the model accepts {request.target.window} (with "
             f"{request.target.reserve} kept for the reply). Compressed it is still {final} tokens: the "
@@ -350,6 +373,26 @@ class History:
             same = next((j for j in range(previous + 1) if before[j] != scanned.levels[j]), previous + 1)
             basis = "recomputed"
         return same, basis
+
+
+def _unsafe(request: Request, problems: list[str], original: int) -> Outcome:
+    """The client's own request in place of a compressed one that failed its checks, if it fits."""
+    target = request.target
+    if original <= target.limit:
+        return Outcome(request.messages, "passthrough", original, original, failed_open=True)
+    raise ContextLengthExceeded(
+        f"The prompt is {original} tokens and the model accepts {target.window} (with {target.reserve} "
+        f"kept for the reply); compressing it would have broken its structure ({problems[0]}), so it "
+        f"was not sent.", param="messages")
+
+
+def _keep_lower(plan: _Plan, number: int, level: int) -> None:
+    """A piece whose form at ``level`` failed keeps its form at the highest level below (none: its
+    own text). Not cached: another request computes it again."""
+    lower = next((plan.forms[(number, below)] for below in range(level - 1, -1, -1)
+                  if (number, below) in plan.forms), None)
+    if lower is not None:
+        plan.forms[(number, level)] = lower
 
 
 def _text(plan: _Plan, number: int, level: int) -> str:

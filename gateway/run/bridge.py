@@ -8,11 +8,15 @@ makes a ticket releases it.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from gateway.run.gate import Gate, queue_full
-from gateway.run.workers import Workers
+from gateway.run.workers import JobFailed, Workers
+
+log = logging.getLogger("gateway.run.bridge")
 
 
 class Ticket:
@@ -45,32 +49,66 @@ class Ticket:
 
 
 class Bridge:
-    """Pool jobs from the planning thread: submitted on the loop, waited for in the thread."""
+    """Pool jobs from the planning thread: submitted on the loop, waited for in the thread.
+
+    Jobs go in batches of at most ``BATCH_JOBS``, at most one batch per worker at a time, so a batch
+    stays well within the pool's per-job timeout however long the conversation, other requests'
+    jobs take turns with a long build, and a build whose request ended stops submitting. A job that
+    raises, or a batch the pool could not run (a timeout, a crash), fails only its own jobs: their
+    results are None, and the caller keeps what it had for them."""
+
+    BATCH_JOBS = 8
 
     def __init__(self, loop: asyncio.AbstractEventLoop, ticket: Ticket, workers: int) -> None:
         self.loop = loop
         self.ticket = ticket
         self.workers = workers
         self.closed = False
+        self.failed = 0  # jobs that failed, over every map
 
-    def map(self, job: Any, jobs: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
-        """``job(*args)`` for every args of ``jobs``, in one batch per worker."""
-        if self.closed:
-            raise RuntimeError("the request this build was for has ended")
-        size = max(1, self.workers)
-        batches = [jobs[i::size] for i in range(min(size, len(jobs)))]
-
-        async def run_all() -> list[list[tuple[str, int]]]:
-            return await asyncio.gather(*(self.ticket.run(batch_job, job, batch) for batch in batches))
-
-        done = asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
-        out: list[tuple[str, int]] = [("", 0)] * len(jobs)
-        for start, results in enumerate(done):
-            for offset, result in enumerate(results):
-                out[start + offset * size] = result
+    def map(self, job: Any, jobs: list[tuple[Any, ...]],
+            done: Callable[[int, Any], None] | None = None) -> list[Any]:
+        """``job(*args)`` for every args of ``jobs`` (None where it failed); ``done(index, result)``
+        as each result arrives, so what is finished is kept if a later batch fails."""
+        out: list[Any] = [None] * len(jobs)
+        size = self.BATCH_JOBS
+        batches = [list(range(start, min(start + size, len(jobs)))) for start in range(0, len(jobs), size)]
+        running: dict[concurrent.futures.Future[list[Any]], list[int]] = {}
+        while batches or running:
+            while batches and len(running) < max(1, self.workers):
+                if self.closed:
+                    raise RuntimeError("the request this build was for has ended")
+                numbers = batches.pop(0)
+                work = self.ticket.run(batch_job, job, [jobs[n] for n in numbers])
+                running[asyncio.run_coroutine_threadsafe(work, self.loop)] = numbers
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                self._collect(future, running.pop(future), out, done)
         return out
 
+    def _collect(self, future: concurrent.futures.Future[list[Any]], numbers: list[int], out: list[Any],
+                 done: Callable[[int, Any], None] | None) -> None:
+        try:
+            results = future.result()
+        except JobFailed as exc:
+            log.warning("a batch of %d pool jobs failed (%s); they keep what they had", len(numbers),
+                        exc.cause)
+            results = [None] * len(numbers)
+        for number, result in zip(numbers, results, strict=True):
+            out[number] = result
+            if result is None:
+                self.failed += 1
+            elif done is not None:
+                done(number, result)
 
-def batch_job(job: Any, batch: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
-    """In a worker: ``job`` on each of a batch of arguments."""
-    return [job(*args) for args in batch]
+
+def batch_job(job: Any, batch: list[tuple[Any, ...]]) -> list[Any]:
+    """In a worker: ``job`` on each of a batch of arguments; None for one that raised."""
+    out = []
+    for args in batch:
+        try:
+            out.append(job(*args))
+        except Exception as exc:  # one odd text must not cost the others their forms
+            log.warning("a pool job raised %s; its text keeps what it had", type(exc).__name__)
+            out.append(None)
+    return out

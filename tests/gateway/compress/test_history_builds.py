@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 import mixpr
-from gateway.compress import checks
+from gateway.compress import checks, forms
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -38,19 +41,20 @@ def _loop(outputs: list[str], arguments: dict[int, str] | None = None) -> list[d
     return messages
 
 
-def _build(messages: list[dict[str, Any]], *, window: int = 32_000, prefix: Prefix | None = None,
-           setup: Callable[[History], None] | None = None) -> Outcome:
-    async def main() -> Outcome:
-        workers = Workers(workers=1, executor="thread", timeout_s=60)
+def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s: float = 60,
+           prefix: Prefix | None = None) -> list[Outcome]:
+    """Each conversation prepared in turn by one History (a cold instance, then warm)."""
+
+    async def main() -> list[Outcome]:
+        workers = Workers(workers=1, executor="thread", timeout_s=timeout_s)
         compressor = Compressor(workers, route_cache_size=16)
         await compressor.start(with_router=False)
         history = History(compressor, cache_bytes=64 * 1024 * 1024)
-        if setup is not None:
-            setup(history)
         settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(min_tokens=400, keep_tokens=150))
+        target = Target("gpt-4o-mini", window, 1024)
         try:
-            target = Target("gpt-4o-mini", window, 1024)
-            return await history.prepare(Request(messages, None, target, settings, Control(), None))
+            return [await history.prepare(Request(messages, None, target, settings, Control(), None))
+                    for messages in conversations]
         finally:
             compressor.close()
 
@@ -61,7 +65,7 @@ def test_a_deeply_nested_output_or_argument_keeps_the_conversation_on_forms() ->
     """``"[" * 100_000`` in a tool output and in a call's arguments: the request still goes out as
     forms, checked (the RecursionError used to throw the build away, for every later request)."""
     messages = _loop([_listing(0), DEEP, _listing(2)], arguments={1: '{"path": ' + DEEP})
-    outcome = _build(messages)
+    [outcome] = _build(messages)
     assert outcome.route == "forms" and not outcome.failed_open
     assert checks.problems(messages, outcome.messages) == []
     assert len(outcome.messages[-1]["content"]) < len(messages[-1]["content"])  # the rest still compressed
@@ -70,3 +74,45 @@ def test_a_deeply_nested_output_or_argument_keeps_the_conversation_on_forms() ->
 def test_the_library_reads_a_deeply_nested_text_as_text() -> None:
     result = mixpr.compress(DEEP + "\n" + _listing(0), budget_tokens=200, kind="auto")
     assert 0 < len(result.text) < len(DEEP)
+
+
+ODD = "odd-output-marker"
+
+
+def _failing_for_odd(monkeypatch: pytest.MonkeyPatch, fail: Callable[[], Any]) -> None:
+    """Form jobs of pieces holding ``ODD`` fail with ``fail()`` (the workers are threads here)."""
+    real = forms.form_job
+
+    def form_job(piece: forms.Piece, asked: int, model: str | None) -> tuple[str, int]:
+        if ODD in piece.text:
+            fail()
+        return real(piece, asked, model)
+
+    monkeypatch.setattr(forms, "form_job", form_job)
+
+
+def _raise() -> None:
+    raise ValueError("a pathological text")
+
+
+@pytest.mark.parametrize("fail", [_raise, lambda: time.sleep(4)], ids=["raises", "times-out"])
+def test_one_failing_form_does_not_cost_the_others_theirs(monkeypatch: pytest.MonkeyPatch,
+                                                          fail: Callable[[], Any]) -> None:
+    _failing_for_odd(monkeypatch, fail)
+    outputs = [_listing(step) for step in range(20)]
+    outputs[3] = ODD + "\n" + outputs[3]
+    messages = _loop(outputs)
+    [outcome] = _build(messages, timeout_s=2)
+    assert outcome.route == "forms" and checks.problems(messages, outcome.messages) == []
+    sent = [m["content"] for m in outcome.messages if m["role"] == "tool"]
+    assert sent[3] == outputs[3]  # the odd one keeps its own text
+    assert sum(len(text) < len(output) / 2 for text, output in zip(sent, outputs, strict=True)) >= 10
+
+
+def test_a_cold_instance_builds_a_long_session_as_a_warm_one_does() -> None:
+    """300 steps, cold, with a pool timeout a whole conversation's forms in one batch per worker
+    would overrun (so the build fell back to compressing the whole request, other bytes)."""
+    messages = _loop([_listing(step) for step in range(300)])
+    cold, warm = _build(messages, messages, window=128_000, timeout_s=2)
+    assert cold.route == "forms" and cold.new_forms > 0 and warm.new_forms == 0
+    assert cold.messages == warm.messages
