@@ -28,8 +28,14 @@ THREADS = 2
 LIST_KEYS = ("messages", "tools", "input", "prompt")
 
 THREAD_PREFIX = "mixpr-big-request"
+# Conversation builds (``gateway.compress.history``) wait on the compression pool for most of their
+# time, seconds when cold: in the threads above they would stall every big request's parsing. They
+# get their own; the compression queue already bounds how many build at once.
+BUILD_THREADS = 8
+BUILD_PREFIX = "mixpr-build"
 
 _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix=THREAD_PREFIX)
+_builds = ThreadPoolExecutor(max_workers=BUILD_THREADS, thread_name_prefix=BUILD_PREFIX)
 
 
 def items(body: dict[str, Any]) -> int:
@@ -58,6 +64,11 @@ def many(entries: Any) -> bool:
 async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` in the pool."""
     return await asyncio.wrap_future(_pool.submit(fn, *args, **kwargs))
+
+
+async def build(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in the builds' own threads: work that waits on the compression pool."""
+    return await asyncio.wrap_future(_builds.submit(fn, *args, **kwargs))
 
 
 async def inline_or_run(big: bool, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

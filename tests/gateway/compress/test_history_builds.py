@@ -116,3 +116,51 @@ def test_a_cold_instance_builds_a_long_session_as_a_warm_one_does() -> None:
     cold, warm = _build(messages, messages, window=128_000, timeout_s=2)
     assert cold.route == "forms" and cold.new_forms > 0 and warm.new_forms == 0
     assert cold.messages == warm.messages
+
+
+def _loop_work(messages: list[dict[str, Any]]) -> float:
+    """The most CPU time the event loop's thread spends between two heartbeats while ``messages`` is
+    prepared (thread time: on a shared machine waiting for a core is no work of ours)."""
+
+    async def main() -> float:
+        workers = Workers(workers=1, executor="thread", timeout_s=120)
+        compressor = Compressor(workers, route_cache_size=16)
+        await compressor.start(with_router=False)
+        history = History(compressor, cache_bytes=64 * 1024 * 1024)
+        settings = MixprSettings(router="heuristic", prefix=Prefix(min_tokens=400, keep_tokens=150))
+        request = Request(messages, None, Target("gpt-4o-mini", 128_000, 1024), settings, Control(), None)
+        gaps: list[float] = []
+        done = asyncio.Event()
+
+        async def heartbeat() -> None:
+            last = time.thread_time()
+            while not done.is_set():
+                await asyncio.sleep(0.002)
+                now = time.thread_time()
+                gaps.append(now - last)
+                last = now
+
+        beating = asyncio.create_task(heartbeat())
+        await asyncio.sleep(0.01)
+        await history.prepare(request)
+        done.set()
+        await beating
+        compressor.close()
+        return max(gaps)
+
+    return asyncio.run(main())
+
+
+def _claude_code_body(blocks: int) -> list[dict[str, Any]]:
+    """A long tool loop as LiteLLM hands a Claude Code body over: ``blocks`` calls and results."""
+    return _loop([f"ok {step}: src/module_{step}.py updated" for step in range(blocks // 2)])
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": (_listing(0, lines=2_000) + "\n") * 60 + "\n\nWhich handler parses 17?"}],
+    _claude_code_body(5_000),
+], ids=["8-MB-message", "5000-blocks"])
+def test_a_huge_request_leaves_the_loop_free(messages: list[dict[str, Any]]) -> None:
+    """Remembering what was sent hashes every message: for one of 8 MB that took the loop ~34 ms."""
+    worst = _loop_work(messages)
+    assert worst < 0.020, f"the loop worked {worst * 1000:.1f} ms at a stretch"
