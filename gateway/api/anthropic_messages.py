@@ -119,7 +119,8 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
                    request: Request) -> Response:
     """Compress the view, put what was kept back into the client's own request, and relay it."""
     outcome = await gateway.chat.prepare(call)
-    sent = blocks.write_back(body, outcome.messages)
+    big = offload.many(outcome.messages)  # the write-back walks every block
+    sent = await offload.inline_or_run(big, blocks.write_back, body, outcome.messages)
     payload = {k: v for k, v in sent.items() if k != "mixpr"}
     payload["model"] = relay.model_name(entry)
     timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s

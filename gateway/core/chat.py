@@ -18,6 +18,7 @@ from gateway.config import ModelEntry
 from gateway.core import self_route
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
+from gateway.run import offload
 from gateway.upstream import chat_relay, relay
 from gateway.upstream import forward as upstream
 
@@ -138,7 +139,9 @@ class ChatService(Preparer):
             return await self._relayed(route, entry.model_name, call, outcome, headers)
         self.metrics.upstream_calls.labels(entry.model_name, "litellm").inc()
         timeout = self.config.general_settings.request_timeout_s
-        messages = call.wire(outcome.messages) if call.wire is not None else outcome.messages
+        messages = outcome.messages
+        if call.wire is not None:  # a walk of every block: off the loop for a big request
+            messages = await offload.inline_or_run(offload.many(messages), call.wire, messages)
         kwargs = upstream.build_call(entry, call.params, messages, timeout=timeout)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
