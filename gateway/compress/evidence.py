@@ -68,7 +68,8 @@ def _relevant(passages: list[str], question: str) -> list[str]:
     asked = {w.lower() for w in _WORD.findall(question)}
     words = [asked & {w.lower() for w in _WORD.findall(p)} for p in passages]
     frequency = Counter(w for found in words for w in found)
-    scores = [sum(math.log(1 + len(passages) / frequency[w]) for w in found) for found in words]
+    # fsum: exactly rounded, so the same in every process whatever order its hash seed gives the set
+    scores = [math.fsum(math.log(1 + len(passages) / frequency[w]) for w in found) for found in words]
     best = max(scores, default=0.0)
     if best <= 0:
         return []
