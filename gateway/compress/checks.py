@@ -80,9 +80,10 @@ def _parts(i: int, a: Any, b: Any) -> list[str]:
     return found
 
 
-def breakpoints(messages: Sequence[dict[str, Any]]) -> int:
-    """``cache_control`` markers on messages and their content parts."""
-    count = 0
+def breakpoints(messages: Sequence[dict[str, Any]], tools: Any = None) -> int:
+    """``cache_control`` markers on messages and their content parts, and on ``tools``."""
+    count = sum(1 for tool in tools if isinstance(tool, dict) and "cache_control" in tool) if isinstance(
+        tools, list) else 0
     for message in messages:
         count += "cache_control" in message
         content = message.get("content")

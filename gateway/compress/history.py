@@ -324,7 +324,7 @@ class History:
             return self._fallback(plan, problems, original, final)
         same, basis = self._same(plan, scanned, sent, previous, model_name)
         reused = plan.constant + sum(sizes[:same]) if same else 0
-        sent = _with_breakpoint(sent, previous, request.settings.prefix.breakpoint)
+        sent = _with_breakpoint(sent, previous, request.settings.prefix.breakpoint, request.tools)
         # A reset: the previous request's messages are not all sent as they were (a reset point since
         # then, or, as remembered, other bytes: a changed max_tokens moves the points).
         moved = any(point > previous for point in scanned.points)
@@ -441,10 +441,12 @@ def _with_forms(message: dict[str, Any], replaced: list[tuple[forms.Piece, str]]
     return copy
 
 
-def _with_breakpoint(sent: list[dict[str, Any]], previous: int, wanted: bool) -> list[dict[str, Any]]:
+def _with_breakpoint(sent: list[dict[str, Any]], previous: int, wanted: bool,
+                     tools: Any = None) -> list[dict[str, Any]]:
     """A ``cache_control`` breakpoint on the last message of the previous request (what repeats), for
-    providers that cache only at explicit breakpoints; never past ``MAX_BREAKPOINTS`` in all."""
-    if not wanted or previous < 0 or checks.breakpoints(sent) >= MAX_BREAKPOINTS:
+    providers that cache only at explicit breakpoints; never past ``MAX_BREAKPOINTS`` in all, the
+    tools' own counted."""
+    if not wanted or previous < 0 or checks.breakpoints(sent, tools) >= MAX_BREAKPOINTS:
         return sent
     out = list(sent)
     message = dict(out[previous])

@@ -42,7 +42,7 @@ def _loop(outputs: list[str], arguments: dict[int, str] | None = None) -> list[d
 
 
 def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s: float = 60,
-           prefix: Prefix | None = None) -> list[Outcome]:
+           prefix: Prefix | None = None, tools: Any = None) -> list[Outcome]:
     """Each conversation prepared in turn by one History (a cold instance, then warm)."""
 
     async def main() -> list[Outcome]:
@@ -53,7 +53,7 @@ def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s
         settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(min_tokens=400, keep_tokens=150))
         target = Target("gpt-4o-mini", window, 1024)
         try:
-            return [await history.prepare(Request(messages, None, target, settings, Control(), None))
+            return [await history.prepare(Request(messages, tools, target, settings, Control(), None))
                     for messages in conversations]
         finally:
             compressor.close()
@@ -164,3 +164,18 @@ def test_a_huge_request_leaves_the_loop_free(messages: list[dict[str, Any]]) -> 
     """Remembering what was sent hashes every message: for one of 8 MB that took the loop ~34 ms."""
     worst = _loop_work(messages)
     assert worst < 0.020, f"the loop worked {worst * 1000:.1f} ms at a stretch"
+
+
+def test_breakpoints_on_tools_count_toward_the_four() -> None:
+    """Claude Code marks its tools, its system prompt and its newest turns: with four markers already,
+    a fifth on the previous request's end would be refused by Anthropic (400)."""
+    marker = {"type": "ephemeral"}
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {}}, "cache_control": marker}]
+    messages = _loop([_listing(step) for step in range(3)])
+    messages[0] = {"role": "system", "content": [{"type": "text", "text": "Agent.", "cache_control": marker}]}
+    for i in (-1, -5):
+        messages[i] = {**messages[i], "content": [{"type": "text", "text": messages[i]["content"],
+                                                   "cache_control": marker}]}
+    [outcome] = _build(messages, prefix=Prefix(min_tokens=400, keep_tokens=150, breakpoint=True), tools=tools)
+    assert outcome.route == "forms"
+    assert checks.breakpoints(outcome.messages) + len(tools) == checks.MAX_BREAKPOINTS
