@@ -140,12 +140,13 @@ def budget(piece: Piece, tokens: int, level: int, settings: Prefix, cap: int) ->
     above = cap if piece.question else min(settings.min_tokens, cap)
     if piece.first_sight and tokens > above:
         first = min(tokens, cap, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
+    kept = first if first < tokens else None  # a harder level never keeps more than the first-sight form
     if level == 0:
-        return first if first < tokens else None
+        return kept
     if level >= TOP_LEVEL:
-        return 0 if tokens > PLACEHOLDER_MIN_TOKENS else None
+        return 0 if tokens > PLACEHOLDER_MIN_TOKENS else kept
     if tokens <= (cap if piece.question else settings.reset_min_tokens):
-        return None  # what the user wrote stays whole in resets too, while it fits
+        return kept  # what the user wrote stays whole in resets too, while it fits
     if settings.reset == "drop" and piece.role == "tool":
         return 0
     harder = int(first * settings.reset_shrink ** level)
