@@ -195,6 +195,9 @@ class GeneralSettings(_Strict):
     # Passthrough chat requests to OpenAI-compatible upstreams go as bytes, not through LiteLLM
     # (gateway.upstream.chat_relay); false: every request through LiteLLM.
     raw_relay: bool = True
+    # Connections the raw relays hold open to upstreams at once (gateway.upstream.http); a request
+    # past it waits for one, within its timeout's connect phase.
+    max_upstream_connections: int = Field(1000, ge=1)
 
     @field_validator("master_key")
     @classmethod

@@ -123,13 +123,13 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
     payload = {k: v for k, v in sent.items() if k != "mixpr"}
     payload["model"] = relay.model_name(entry)
     timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s
-    reply = await relay.send(gateway.chat.anthropic_http, entry, payload, request.headers,
-                             query=request.url.query, timeout=float(timeout))
+    reply = await relay.send(gateway.chat.http, entry, payload, relay.headers(entry, request.headers),
+                             query=request.url.query, timeout=float(timeout), model=body["model"])
     headers = {**{k: v for k, v in reply.headers.items() if k.lower() != "content-type"},
                **report_headers(outcome)}
     media = reply.headers.get("content-type") or reply.headers.get("Content-Type")
     if reply.stream is not None:
-        return event_stream(reply.stream, headers)
+        return event_stream(_relayed_events(reply.stream), headers, upstream=reply.stream)
     if reply.status < 400:
         gateway.metrics.record_usage(entry.model_name, relay.usage(reply.content))
     return Response(reply.content, status_code=reply.status, media_type=media or "application/json",
@@ -198,6 +198,23 @@ async def _sse(events: AsyncIterator[bytes], failure: _Failure) -> AsyncIterator
         log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
         data = json.dumps(error_json(error.message, error.status_code))
         yield f"event: error\ndata: {data}\n\n".encode()
+
+
+async def _relayed_events(events: relay.MessageEvents) -> AsyncIterator[bytes]:
+    """The upstream's whole events; a failure midway, or an end without ``message_stop``, becomes
+    Anthropic's in-band ``error`` event (after the last whole event, never inside one)."""
+    error: GatewayError | None = None
+    try:
+        async for block in events:
+            yield block
+    except GatewayError as failed:
+        error = failed
+    if error is None and not events.ended_well:
+        error = GatewayError("The upstream stream ended before its message did.", status_code=502,
+                             code="upstream_connection_error")
+    if error is not None:
+        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+        yield f"event: error\ndata: {json.dumps(error_json(error.message, error.status_code))}\n\n".encode()
 
 
 def _plain(message: Any) -> dict[str, Any]:

@@ -32,7 +32,7 @@ async def chat_completions(request: Request) -> Response:
         refuse_urls(call.messages, CHAT, images=True)
     reply = await gateway.chat.run(call)
     if reply.events is not None:  # the raw relay's bytes (gateway.upstream.chat_relay)
-        return event_stream(relayed(reply.events), reply.headers)
+        return event_stream(relayed(reply.events), reply.headers, upstream=reply.events)
     if reply.body is not None:
         return Response(reply.body, media_type="application/json", headers=reply.headers)
     if reply.chunks is not None:
