@@ -123,7 +123,8 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
     payload = {k: v for k, v in sent.items() if k != "mixpr"}
     payload["model"] = relay.model_name(entry)
     timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s
-    reply = await relay.send(gateway.chat.http, entry, payload, relay.headers(entry, request.headers),
+    upstream_headers = relay.headers(entry, request.headers, gateway.chat.betas)
+    reply = await relay.send(gateway.chat.http, entry, payload, upstream_headers,
                              query=request.url.query, timeout=float(timeout), model=body["model"])
     headers = {**{k: v for k, v in reply.headers.items() if k.lower() != "content-type"},
                **report_headers(outcome)}

@@ -20,6 +20,7 @@ from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
 from gateway.upstream import chat_relay, http
 from gateway.upstream import forward as upstream
+from gateway.upstream.betas import Betas
 
 __all__ = ["ChatCall", "ChatReply", "ChatService", "report_headers"]
 
@@ -51,6 +52,7 @@ class ChatService(Preparer):
         self.http = http.Client(http.Policy.from_env(max_connections=general.max_upstream_connections))
         self.relay = chat_relay.Relay.for_models(self.config.model_list, self.http,
                                                  timeout=general.request_timeout_s, enabled=general.raw_relay)
+        self.betas = Betas(general.anthropic_betas)  # the anthropic-beta flags clients may send upstream
 
     async def aclose(self) -> None:
         await super().aclose()

@@ -23,6 +23,7 @@ import litellm
 from gateway.config import ModelEntry
 from gateway.run import offload
 from gateway.upstream import forward, http
+from gateway.upstream.betas import Betas
 
 DEFAULT_BASE = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -59,14 +60,15 @@ def url(entry: ModelEntry, query: str = "") -> str:
     return f"{base}?{query}" if query else base
 
 
-def headers(entry: ModelEntry, client: Mapping[str, str]) -> dict[str, str]:
-    """The upstream's headers: the deployment's key, the client's ``anthropic-version`` (and any
-    ``anthropic-beta`` the caller let through)."""
+def headers(entry: ModelEntry, client: Mapping[str, str], betas: Betas) -> dict[str, str]:
+    """The upstream's headers: the deployment's key, the client's ``anthropic-version`` and those of
+    its ``anthropic-beta`` flags the operator allows (``gateway.upstream.betas``)."""
     key = entry.litellm_params.get("api_key") or os.environ.get("ANTHROPIC_API_KEY") or ""
     out = {"content-type": "application/json", "x-api-key": str(key),
            "anthropic-version": client.get("anthropic-version") or DEFAULT_VERSION}
-    if client.get("anthropic-beta"):
-        out["anthropic-beta"] = client["anthropic-beta"]
+    allowed = betas.header(client.get("anthropic-beta"))
+    if allowed:
+        out["anthropic-beta"] = allowed
     return out
 
 
