@@ -214,6 +214,9 @@ class GeneralSettings(_Strict):
     # anthropic-beta flags relayed to Anthropic models; others are dropped (gateway.upstream.betas).
     # "*": every flag as the client sent it.
     anthropic_betas: list[str] = list(ANTHROPIC_BETAS)
+    # A prompt_cache_key per conversation for openai/ models when the client sends none
+    # (gateway.core.cache_key); false: only the client's own.
+    prompt_cache_key: bool = True
 
     @field_validator("master_key")
     @classmethod

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.api import anthropic_blocks as blocks
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.core import cache_key
 from gateway.core.chat import ChatCall, report_headers
 from gateway.edge.remote_files import ANTHROPIC, refuse_urls
 from gateway.errors import BadRequest, GatewayError
@@ -102,7 +103,7 @@ def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
     if body.get("stream"):  # message_delta reports the usage, so ask the upstream for it
         params["stream_options"] = {"include_usage": True}
     call = ChatCall(model=body["model"], messages=blocks.view(body), params=params, control=control,
-                    stream=bool(body.get("stream")))
+                    stream=bool(body.get("stream")), session=cache_key.session(headers))
     return call, names
 
 

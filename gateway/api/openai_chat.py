@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.core import cache_key
 from gateway.core.chat import ChatCall
 from gateway.edge.remote_files import CHAT, refuse_urls
 from gateway.errors import BadRequest, GatewayError
@@ -53,7 +54,7 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
     control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in body.items() if k not in ("model", "messages", "mixpr", "stream")}
     return ChatCall(model=model, messages=messages, params=params, control=control,
-                    stream=bool(body.get("stream")), raw_reply=True)
+                    stream=bool(body.get("stream")), raw_reply=True, session=cache_key.session(headers))
 
 
 def validate_messages(messages: Any) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from litellm.responses.litellm_completion_transformation.transformation import (
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.core import cache_key
 from gateway.core.chat import ChatCall
 from gateway.edge.remote_files import RESPONSES, refuse_urls
 from gateway.errors import BadRequest, GatewayError
@@ -83,7 +84,10 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
         raise BadRequest(f"'input' could not be read as Responses input items ({type(exc).__name__}).",
                          param="input") from None
     params = {k: v for k, v in chat.items() if k not in NOT_FORWARDED}
-    return ChatCall(model=model, messages=chat["messages"], params=params, control=control, stream=stream)
+    if "prompt_cache_key" in body:  # LiteLLM's translation has no field for it
+        params["prompt_cache_key"] = body["prompt_cache_key"]
+    return ChatCall(model=model, messages=chat["messages"], params=params, control=control, stream=stream,
+                    session=cache_key.session(headers))
 
 
 def _refuse_state(body: dict[str, Any]) -> None:

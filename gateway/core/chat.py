@@ -15,7 +15,7 @@ from typing import Any
 from gateway.compress.compressor import Outcome
 from gateway.compress.policy import Control
 from gateway.config import ModelEntry
-from gateway.core import self_route
+from gateway.core import cache_key, self_route
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
 from gateway.upstream import chat_relay, http
@@ -53,6 +53,10 @@ class ChatService(Preparer):
         self.relay = chat_relay.Relay.for_models(self.config.model_list, self.http,
                                                  timeout=general.request_timeout_s, enabled=general.raw_relay)
         self.betas = Betas(general.anthropic_betas)  # the anthropic-beta flags clients may send upstream
+        # Models whose requests get a prompt_cache_key per conversation when the client sent none.
+        self.cache_keyed = {e.model_name for e in self.config.model_list
+                            if general.prompt_cache_key and upstream.is_openai(e.upstream_model)}
+        self.cache_salt = cache_key.secret(general.master_key)
 
     async def aclose(self) -> None:
         await super().aclose()
@@ -134,6 +138,7 @@ class ChatService(Preparer):
         return self.entry(model), outcome.messages[0]["content"], outcome
 
     async def _forward(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> ChatReply:
+        call = self._cache_keyed(entry, call)
         headers = report_headers(outcome)
         route = self.relay.routes.get(entry.model_name) if call.raw_reply and call.wire is None else None
         if route is not None and outcome.action == "passthrough":  # issue 23: no LiteLLM on the way
@@ -149,6 +154,14 @@ class ChatService(Preparer):
         response = await upstream.complete(kwargs)
         self.metrics.record_usage(entry.model_name, response.get("usage"))
         return ChatReply(outcome, headers, response={**response, "model": call.model})
+
+    def _cache_keyed(self, entry: ModelEntry, call: ChatCall) -> ChatCall:
+        """``call`` with the conversation's ``prompt_cache_key`` when the client sent none and the
+        upstream is OpenAI-style (``gateway.core.cache_key``); the client's own key is left alone."""
+        if entry.model_name not in self.cache_keyed or "prompt_cache_key" in call.params:
+            return call
+        found = cache_key.key(self.cache_salt, call.session, call.messages)
+        return replace(call, params={**call.params, "prompt_cache_key": found})
 
     def router_kwargs(self, entry: ModelEntry, params: dict[str, Any], timeout: float) -> dict[str, Any]:
         """The router question as ``build_call`` maps parameters for the deployment's provider."""

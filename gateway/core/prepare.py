@@ -41,6 +41,7 @@ class ChatCall:
     # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
     wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
     raw_reply: bool = False  # the API sends an OpenAI chat answer as is, so may get it as bytes (relay)
+    session: str | None = None  # the conversation the client names (``gateway.core.cache_key``)
 
 
 @dataclass

@@ -55,6 +55,14 @@ IMAGE_DOWNLOADERS = frozenset({"anthropic", "bedrock", "vertex_ai", "vertex_ai_b
                                "ollama_chat"})
 
 
+def is_openai(model: str) -> bool:
+    """Whether ``model`` (a LiteLLM model name) is served by LiteLLM's OpenAI(-compatible) provider."""
+    try:
+        return litellm.get_llm_provider(model)[1] == "openai"
+    except Exception:  # an unknown provider: not OpenAI's
+        return False
+
+
 def downloads_image_urls(model: str) -> bool:
     """Whether LiteLLM fetches image URLs itself on its way to ``model`` (a LiteLLM model name)."""
     try:
