@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,6 +187,27 @@ class ChatEvents(http.Events):
         usage = _usage(self.last_usage)
         if usage:
             self.on_usage(usage)
+
+
+async def chunks(events: ChatEvents) -> AsyncIterator[dict[str, Any]]:
+    """The relayed events as chat.completion.chunk dicts, for an API that translates them (Responses);
+    a failure midway raises the mapped ``GatewayError``, as ``forward.stream_chunks`` does."""
+    async for block in events:
+        for event in block.replace(b"\r\n", b"\n").split(b"\n\n"):
+            data = b"".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+            if data and data != b"[DONE]":
+                yield _chunk(data)
+
+
+def _chunk(data: bytes) -> dict[str, Any]:
+    try:
+        chunk = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        chunk = None
+    if not isinstance(chunk, dict):
+        raise UpstreamError("The upstream model sent a stream event that is not a JSON object.",
+                            status_code=502, code="upstream_invalid_response")
+    return chunk
 
 
 def _usage(block: bytes) -> dict[str, Any] | None:
