@@ -27,6 +27,8 @@ PREFIX = "mixpr-"
 HEX_CHARS = 32
 MAX_SESSION_CHARS = 256
 LEADING_ROLES = ("system", "developer")
+HASHED_CHARS = 16_384  # of each text that identifies a conversation's start
+HASHED_PARTS = 16
 
 
 def session(headers: Mapping[str, str]) -> str | None:
@@ -50,7 +52,22 @@ def key(salt: bytes, named: str | None, messages: list[dict[str, Any]]) -> str:
 
 
 def _start(messages: list[dict[str, Any]]) -> bytes:
-    """The leading system prompt(s) and the first user message, as every later turn repeats them."""
-    system = [m.get("content") for m in messages if m.get("role") in LEADING_ROLES]
-    first_user = next((m.get("content") for m in messages if m.get("role") == "user"), None)
-    return json.dumps([system, first_user], sort_keys=True, ensure_ascii=False, default=str).encode()
+    """The leading system prompt(s) and the first user message, as every later turn repeats them;
+    each cut to ``HASHED_CHARS`` (OpenAI routes by the first ~256 tokens anyway): constant work per
+    request, however long its first message."""
+    system = [_text(m.get("content")) for m in messages if m.get("role") in LEADING_ROLES]
+    first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    return json.dumps([system[:HASHED_PARTS], first_user], ensure_ascii=False).encode()
+
+
+def _text(content: Any) -> str:
+    """A message's content as text: a string's start, or the start of each of its first parts' text
+    (an image part counts by its type: its data is not read)."""
+    if isinstance(content, str):
+        return content[:HASHED_CHARS]
+    parts = content[:HASHED_PARTS] if isinstance(content, list) else []
+    return "\0".join(_part(p)[:HASHED_CHARS] for p in parts)
+
+
+def _part(part: Any) -> str:
+    return str(part.get("text") or part.get("type")) if isinstance(part, dict) else ""
