@@ -5,7 +5,8 @@ the gateway (``python -m gateway``), and this client. Measured:
 
 1. Passthrough overhead at 1 and 32 concurrent clients: a short chat request sent with a plain aiohttp
    POST (what an OpenAI client does) (a) directly to the upstream (the baseline), (b) to the gateway
-   (which relays it as bytes, ``gateway.upstream.relay``), (c) to a LiteLLM proxy in front of the same
+   (which relays it as bytes, ``gateway.upstream.chat_relay``), (b') the same as a Responses API request
+   to the gateway (translated to chat, through LiteLLM), (c) to a LiteLLM proxy in front of the same
    upstream (``litellm --config``, skipped with ``--no-proxy``), and (d) with ``litellm.acompletion``
    to the upstream (LiteLLM as a library). Rounds interleaved; p50/p95/p99 and requests/s for each,
    and what each adds over (a).
@@ -187,8 +188,11 @@ def gateway_call(session: aiohttp.ClientSession, url: str, model: str, messages:
 async def passthrough(upstream: str, gateway: str, session: aiohttp.ClientSession, total: int,
                       concurrency: int, proxy: str | None = None) -> dict[str, Any]:
     payload = json.dumps({"model": "echo", "messages": SHORT}).encode()
+    responses = json.dumps({"model": "echo", "input": SHORT[0]["content"]}).encode()
     sides = {"direct": post_call(session, upstream + "/chat/completions", payload),
-             "gateway": gateway_call(session, gateway, "echo", SHORT)}
+             "gateway": gateway_call(session, gateway, "echo", SHORT),
+             # The Responses API on the same upstream: translated to chat, through LiteLLM (issue 30).
+             "gateway responses": post_call(session, gateway + "/v1/responses", responses)}
     if proxy:
         sides["litellm proxy"] = post_call(session, proxy + "/v1/chat/completions", payload,
                                            {"authorization": f"Bearer {PROXY_KEY}"})
@@ -497,14 +501,14 @@ def _version(name: str) -> str:
 
 def print_passthrough(concurrency: int, r: dict[str, Any]) -> None:
     print(f"\npassthrough, {concurrency} concurrent client(s), {int(r['direct']['n']) * 4} requests per side")
-    print(f"  {'':16} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}   added: {'p50':>7} {'p95':>7} "
+    print(f"  {'':17} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}   added: {'p50':>7} {'p95':>7} "
           f"{'p99':>7}")
     for side, s in r.items():
         if side == "added":
             continue
         a = r["added"].get(side)
         added = f"{a['p50']:7.2f} {a['p95']:7.2f} {a['p99']:7.2f}" if a else ""
-        print(f"  {side:16} {s['p50']:8.2f} {s['p95']:8.2f} {s['p99']:8.2f} {s['rps']:8.0f}          {added}")
+        print(f"  {side:17} {s['p50']:8.2f} {s['p95']:8.2f} {s['p99']:8.2f} {s['rps']:8.0f}          {added}")
 
 
 def print_big(r: dict[str, Any]) -> None:

@@ -25,6 +25,19 @@ Route = Literal["auto", "heuristic", "local", "global"]
 Budget = Annotated[int, Field(ge=16)] | Literal["auto"]
 # Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
 ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
+# The anthropic-beta flags relayed by default: what the gateway's features need (context_management
+# is relayed to Anthropic models) and what Claude Code 2.1.331 sends (recorded), plus fine-grained
+# tool streaming, which earlier Claude Code versions and SDK clients send.
+ANTHROPIC_BETAS = (
+    "claude-code-20250219",
+    "interleaved-thinking-2025-05-14",
+    "context-management-2025-06-27",
+    "mid-conversation-tool-changes-2026-07-01",
+    "thinking-token-count-2026-05-13",
+    "advanced-tool-use-2025-11-20",
+    "effort-2025-11-24",
+    "fine-grained-tool-streaming-2025-05-14",
+)
 
 
 class ConfigError(ValueError):
@@ -195,6 +208,15 @@ class GeneralSettings(_Strict):
     # Passthrough chat requests to OpenAI-compatible upstreams go as bytes, not through LiteLLM
     # (gateway.upstream.chat_relay); false: every request through LiteLLM.
     raw_relay: bool = True
+    # Connections the raw relays hold open to upstreams at once (gateway.upstream.http); a request
+    # past it waits for one, within its timeout's connect phase.
+    max_upstream_connections: int = Field(1000, ge=1)
+    # anthropic-beta flags relayed to Anthropic models; others are dropped (gateway.upstream.betas).
+    # "*": every flag as the client sent it.
+    anthropic_betas: list[str] = list(ANTHROPIC_BETAS)
+    # A prompt_cache_key per conversation for openai/ models when the client sends none
+    # (gateway.core.cache_key); false: only the client's own.
+    prompt_cache_key: bool = True
 
     @field_validator("master_key")
     @classmethod

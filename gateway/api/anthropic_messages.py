@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 
 from gateway.api import anthropic_blocks as blocks
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.core import cache_key
 from gateway.core.chat import ChatCall, report_headers
 from gateway.edge.remote_files import ANTHROPIC, refuse_urls
 from gateway.errors import BadRequest, GatewayError
@@ -102,7 +103,7 @@ def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
     if body.get("stream"):  # message_delta reports the usage, so ask the upstream for it
         params["stream_options"] = {"include_usage": True}
     call = ChatCall(model=body["model"], messages=blocks.view(body), params=params, control=control,
-                    stream=bool(body.get("stream")))
+                    stream=bool(body.get("stream")), session=cache_key.session(headers))
     return call, names
 
 
@@ -124,13 +125,14 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
     payload = {k: v for k, v in sent.items() if k != "mixpr"}
     payload["model"] = relay.model_name(entry)
     timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s
-    reply = await relay.send(gateway.chat.anthropic_http, entry, payload, request.headers,
-                             query=request.url.query, timeout=float(timeout))
+    upstream_headers = relay.headers(entry, request.headers, gateway.chat.betas)
+    reply = await relay.send(gateway.chat.http, entry, payload, upstream_headers,
+                             query=request.url.query, timeout=float(timeout), model=body["model"])
     headers = {**{k: v for k, v in reply.headers.items() if k.lower() != "content-type"},
                **report_headers(outcome)}
     media = reply.headers.get("content-type") or reply.headers.get("Content-Type")
     if reply.stream is not None:
-        return event_stream(reply.stream, headers)
+        return event_stream(_relayed_events(reply.stream), headers, upstream=reply.stream)
     if reply.status < 400:
         gateway.metrics.record_usage(entry.model_name, relay.usage(reply.content))
     return Response(reply.content, status_code=reply.status, media_type=media or "application/json",
@@ -199,6 +201,23 @@ async def _sse(events: AsyncIterator[bytes], failure: _Failure) -> AsyncIterator
         log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
         data = json.dumps(error_json(error.message, error.status_code))
         yield f"event: error\ndata: {data}\n\n".encode()
+
+
+async def _relayed_events(events: relay.MessageEvents) -> AsyncIterator[bytes]:
+    """The upstream's whole events; a failure midway, or an end without ``message_stop``, becomes
+    Anthropic's in-band ``error`` event (after the last whole event, never inside one)."""
+    error: GatewayError | None = None
+    try:
+        async for block in events:
+            yield block
+    except GatewayError as failed:
+        error = failed
+    if error is None and not events.ended_well:
+        error = GatewayError("The upstream stream ended before its message did.", status_code=502,
+                             code="upstream_connection_error")
+    if error is not None:
+        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+        yield f"event: error\ndata: {json.dumps(error_json(error.message, error.status_code))}\n\n".encode()
 
 
 def _plain(message: Any) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from gateway.compress.policy import is_int_at_least, parse_control  # noqa: F401
 from gateway.edge.body import read_json
 from gateway.errors import Unauthorized
 from gateway.run import offload
+from gateway.upstream import http
 
 T = TypeVar("T")
 # Proxies must neither cache nor buffer a stream of server-sent events.
@@ -51,6 +52,25 @@ async def parsed(parse: Callable[[Any, Any], T], body: Any, headers: Mapping[str
     return await offload.inline_or_run(offload.is_big(body), parse, body, headers)
 
 
-def event_stream(body: Any, headers: Mapping[str, str]) -> StreamingResponse:
-    """A server-sent-event response of ``body`` (an async iterator of encoded events)."""
-    return StreamingResponse(body, media_type="text/event-stream", headers={**headers, **SSE_HEADERS})
+def event_stream(body: Any, headers: Mapping[str, str], *, upstream: Any = None) -> StreamingResponse:
+    """A server-sent-event response of ``body`` (an async iterator of encoded events) that closes
+    ``body`` and the ``upstream`` stream it reads (a ``gateway.upstream.http.Events``) however it ends."""
+    return ClosingStream(body, upstream, media_type="text/event-stream", headers={**headers, **SSE_HEADERS})
+
+
+class ClosingStream(StreamingResponse):
+    """A streamed response that closes what it streams when it ends, even unread: when the client
+    leaves before the first event, Starlette cancels the response before it ever reads its body, and
+    a generator never started cannot run its ``finally`` (the upstream would generate, and bill,
+    until the garbage collector found it)."""
+
+    def __init__(self, body: Any, upstream: Any, **kwargs: Any) -> None:
+        super().__init__(body, **kwargs)
+        self.upstream = upstream
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await http.closed(self.body_iterator)
+            await http.closed(self.upstream)

@@ -11,6 +11,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.core import cache_key
 from gateway.core.chat import ChatCall
 from gateway.edge.remote_files import CHAT, refuse_urls
 from gateway.errors import BadRequest, GatewayError
@@ -32,7 +33,7 @@ async def chat_completions(request: Request) -> Response:
         refuse_urls(call.messages, CHAT, images=True)
     reply = await gateway.chat.run(call)
     if reply.events is not None:  # the raw relay's bytes (gateway.upstream.chat_relay)
-        return event_stream(relayed(reply.events), reply.headers)
+        return event_stream(relayed(reply.events), reply.headers, upstream=reply.events)
     if reply.body is not None:
         return Response(reply.body, media_type="application/json", headers=reply.headers)
     if reply.chunks is not None:
@@ -53,7 +54,7 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
     control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in body.items() if k not in ("model", "messages", "mixpr", "stream")}
     return ChatCall(model=model, messages=messages, params=params, control=control,
-                    stream=bool(body.get("stream")), raw_reply=True)
+                    stream=bool(body.get("stream")), raw_reply=True, session=cache_key.session(headers))
 
 
 def validate_messages(messages: Any) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ a list prompt (several prompts, or token ids) is forwarded as it is.
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from typing import Any
 
 import numpy as np
@@ -40,7 +41,7 @@ async def embeddings(request: Request) -> Response:
         params["encoding_format"] = "float"
     kwargs = upstream.build_passthrough_call(entry, params, known=upstream.EMBEDDING_PARAMS,
                                              timeout=gateway.config.general_settings.request_timeout_s)
-    response = await upstream.embed({**kwargs, "input": body["input"]})
+    response = {**await upstream.embed({**kwargs, "input": body["input"]}), "model": body["model"]}
     if wants_base64:
         for item in response.get("data") or []:
             item["embedding"] = _base64(item["embedding"])
@@ -69,12 +70,21 @@ async def completions(request: Request) -> Response:
     if body.get("stream"):
         stream = await upstream.open_text_stream(kwargs)
         headers = report_headers(outcome or Outcome([], "passthrough", 0, 0))
-        return event_stream(sse(upstream.stream_chunks(stream)), headers)
-    response = await upstream.text_complete(kwargs)
+        return event_stream(sse(_named(upstream.stream_chunks(stream), body["model"])), headers)
+    response = {**await upstream.text_complete(kwargs), "model": body["model"]}
     if outcome is None:
         tokens = _prompt_tokens(response)
         outcome = Outcome([], "passthrough", tokens, tokens)
     return JSONResponse(response, headers=report_headers(outcome))
+
+
+async def _named(chunks: AsyncIterator[dict[str, Any]], model: str) -> AsyncIterator[dict[str, Any]]:
+    """The chunks naming the model the client asked for, not the upstream's name for it."""
+    try:
+        async for chunk in chunks:
+            yield {**chunk, "model": model}
+    finally:
+        await chunks.aclose()
 
 
 def _base64(vector: list[float] | str) -> str:

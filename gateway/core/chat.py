@@ -15,12 +15,13 @@ from typing import Any
 from gateway.compress.compressor import Outcome
 from gateway.compress.policy import Control
 from gateway.config import ModelEntry
-from gateway.core import self_route
+from gateway.core import cache_key, self_route
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
 from gateway.run import offload
-from gateway.upstream import chat_relay, relay
+from gateway.upstream import chat_relay, http
 from gateway.upstream import forward as upstream
+from gateway.upstream.betas import Betas
 
 __all__ = ["ChatCall", "ChatReply", "ChatService", "report_headers"]
 
@@ -38,7 +39,7 @@ class ChatReply:
     # From the raw relay (``gateway.upstream.chat_relay``), for a call with ``raw_reply``: the upstream's
     # chat.completion JSON, or its SSE events (whole events per item, ``data: [DONE]`` included).
     body: bytes | None = None
-    events: AsyncIterator[bytes] | None = None
+    events: chat_relay.ChatEvents | None = None
 
 
 @dataclass
@@ -48,14 +49,19 @@ class ChatService(Preparer):
     def __post_init__(self) -> None:
         super().__post_init__()
         general = self.config.general_settings
-        self.relay = chat_relay.Relay.for_models(self.config.model_list, timeout=general.request_timeout_s,
-                                                 enabled=general.raw_relay)
-        self.anthropic_http = relay.pool()  # /v1/messages to Anthropic models, relayed as sent
+        # The raw relays' one pooled client: chat to OpenAI-compatible upstreams, Messages to Anthropic.
+        self.http = http.Client(http.Policy.from_env(max_connections=general.max_upstream_connections))
+        self.relay = chat_relay.Relay.for_models(self.config.model_list, self.http,
+                                                 timeout=general.request_timeout_s, enabled=general.raw_relay)
+        self.betas = Betas(general.anthropic_betas)  # the anthropic-beta flags clients may send upstream
+        # Models whose requests get a prompt_cache_key per conversation when the client sent none.
+        self.cache_keyed = {e.model_name for e in self.config.model_list
+                            if general.prompt_cache_key and upstream.is_openai(e.upstream_model)}
+        self.cache_salt = cache_key.secret(general.master_key)
 
     async def aclose(self) -> None:
         await super().aclose()
-        await self.relay.aclose()
-        await self.anthropic_http.aclose()
+        await self.http.aclose()
 
     async def run(self, call: ChatCall) -> ChatReply:
         outcome = await self.prepare(call)
@@ -133,6 +139,7 @@ class ChatService(Preparer):
         return self.entry(model), outcome.messages[0]["content"], outcome
 
     async def _forward(self, entry: ModelEntry, call: ChatCall, outcome: Outcome) -> ChatReply:
+        call = self._cache_keyed(entry, call)
         headers = report_headers(outcome)
         route = self.relay.routes.get(entry.model_name) if call.raw_reply and call.wire is None else None
         if route is not None and outcome.action == "passthrough":  # issue 23: no LiteLLM on the way
@@ -145,11 +152,19 @@ class ChatService(Preparer):
         kwargs = upstream.build_call(entry, call.params, messages, timeout=timeout)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
-            chunks = self._metered(entry.model_name, upstream.stream_chunks(stream))
+            chunks = self._metered(entry.model_name, call.model, upstream.stream_chunks(stream))
             return ChatReply(outcome, headers, chunks=chunks)
         response = await upstream.complete(kwargs)
         self.metrics.record_usage(entry.model_name, response.get("usage"))
-        return ChatReply(outcome, headers, response=response)
+        return ChatReply(outcome, headers, response={**response, "model": call.model})
+
+    def _cache_keyed(self, entry: ModelEntry, call: ChatCall) -> ChatCall:
+        """``call`` with the conversation's ``prompt_cache_key`` when the client sent none and the
+        upstream is OpenAI-style (``gateway.core.cache_key``); the client's own key is left alone."""
+        if entry.model_name not in self.cache_keyed or "prompt_cache_key" in call.params:
+            return call
+        found = cache_key.key(self.cache_salt, call.session, call.messages)
+        return replace(call, params={**call.params, "prompt_cache_key": found})
 
     def router_kwargs(self, entry: ModelEntry, params: dict[str, Any], timeout: float) -> dict[str, Any]:
         """The router question as ``build_call`` maps parameters for the deployment's provider."""
@@ -166,20 +181,21 @@ class ChatService(Preparer):
             def on_usage(usage: dict[str, Any]) -> None:
                 self.metrics.record_usage(model, usage)
 
-            events = await self.relay.open_stream(route, content, on_usage)
+            events = await self.relay.open_stream(route, content, call.model, on_usage)
             return ChatReply(outcome, headers, events=events)
-        answer, usage = await self.relay.complete(route, content)
+        answer, usage = await self.relay.complete(route, content, call.model)
         self.metrics.record_usage(model, usage)
         return ChatReply(outcome, headers, body=answer)
 
-    async def _metered(self, model: str, chunks: AsyncIterator[dict[str, Any]]
+    async def _metered(self, model: str, asked: str, chunks: AsyncIterator[dict[str, Any]]
                        ) -> AsyncIterator[dict[str, Any]]:
-        """The chunks unchanged; the usage (in the last one, when asked for) counted in the metrics."""
+        """The chunks naming the model the client ``asked`` for; the usage (in the last one, when
+        asked for) counted in the metrics."""
         try:
             async for chunk in chunks:
                 if chunk.get("usage"):
                     self.metrics.record_usage(model, chunk["usage"])
-                yield chunk
+                yield {**chunk, "model": asked}
         finally:  # the client left early: let the upstream stream go too
             await chunks.aclose()
 

@@ -40,7 +40,8 @@ class ChatCall:
     # How the messages prepared for the upstream become the ones sent, when ``messages`` is a view
     # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
     wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
-    raw_reply: bool = False  # the API sends an OpenAI chat answer as is, so may get it as bytes (relay)
+    raw_reply: bool = False  # the API can take the chat answer as bytes from the raw relay (body, events)
+    session: str | None = None  # the conversation the client names (``gateway.core.cache_key``)
 
 
 @dataclass

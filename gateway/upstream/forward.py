@@ -42,6 +42,8 @@ CLIENT_OPTIONS = frozenset({
 # LiteLLM refuses user content parts of any other type (with an error that looks like a lost
 # connection), so the API adapters check them first.
 USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
+AUTH_STATUSES = frozenset({401, 403})
+KEY_LIKE = re.compile(r"sk-[^\s'\"]+")
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
                 429: "rate_limit_error"}
@@ -51,6 +53,14 @@ STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
 # synchronously and up to MAX_IMAGE_URL_DOWNLOAD_SIZE_MB: the gateway refuses image URLs for them.
 IMAGE_DOWNLOADERS = frozenset({"anthropic", "bedrock", "vertex_ai", "vertex_ai_beta", "gemini", "ollama",
                                "ollama_chat"})
+
+
+def is_openai(model: str) -> bool:
+    """Whether ``model`` (a LiteLLM model name) is served by LiteLLM's OpenAI(-compatible) provider."""
+    try:
+        return litellm.get_llm_provider(model)[1] == "openai"
+    except Exception:  # an unknown provider: not OpenAI's
+        return False
 
 
 def downloads_image_urls(model: str) -> bool:
@@ -263,11 +273,30 @@ def map_error(exc: BaseException) -> GatewayError:
                              code="upstream_connection_error")
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) and 400 <= status <= 599 else 502
+    if status in AUTH_STATUSES:
+        return auth_failed(status)
     error = _upstream_error_object(exc, status)
+    error["message"] = redact(error["message"])
     if status == 500 and _is_mislabelled_validation(error):
         status, error = 400, _validation_error(error["message"])
     return UpstreamError(error["message"], status_code=status, error_type=error["type"],
                          param=error["param"], code=error["code"], headers=_retry_after(exc))
+
+
+def auth_failed(status: int) -> UpstreamError:
+    """An upstream 401/403 is about the operator's credentials, not the client's: a 502 in the
+    gateway's own words, the status in ``x-mixpr-upstream-status`` and the log. The upstream's text
+    never reaches the client: OpenAI's quotes part of the key ("Incorrect API key provided: sk-...")."""
+    log.warning("the upstream refused the gateway's credentials (status %d): check the model's api_key",
+                status)
+    return UpstreamError("The upstream model refused the gateway's own credentials; the gateway's operator "
+                         "has to fix them.", status_code=502, code="upstream_auth_failed",
+                         headers={"x-mixpr-upstream-status": str(status)})
+
+
+def redact(text: str) -> str:
+    """``text`` with anything shaped like a provider key (``sk-...``) replaced."""
+    return KEY_LIKE.sub("sk-[redacted]", text) if "sk-" in text else text
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

@@ -4,24 +4,26 @@ LiteLLM would take the request apart into OpenAI chat messages and build a new o
 blocks and flags it has no field for (``document`` sources, ``search_result``, ``is_error``,
 ``citations``, ``context_management``, unknown betas). When the client and the upstream speak the
 same wire format there is nothing to translate: the body goes out with only the model name (and any
-compressed texts) changed, the client's ``anthropic-version`` and ``anthropic-beta`` headers with it,
-and the upstream's answer (JSON, server-sent events, or its own error) comes back byte for byte.
+compressed texts) changed, the client's ``anthropic-version`` and allowed ``anthropic-beta`` headers
+with it, and the upstream's answer (JSON, whole server-sent events, or its own error) comes back byte
+for byte but for its ``model``, which names the model the client asked for. It goes through the app's
+one upstream client (``gateway.upstream.http``), as the chat relay's requests do.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import litellm
 
 from gateway.config import ModelEntry
-from gateway.errors import UpstreamError
 from gateway.run import offload
+from gateway.upstream import forward, http
+from gateway.upstream.betas import Betas
 
 DEFAULT_BASE = "https://api.anthropic.com"
 DEFAULT_VERSION = "2023-06-01"
@@ -36,7 +38,7 @@ class Relayed:
     status: int
     headers: dict[str, str]
     content: bytes = b""
-    stream: AsyncIterator[bytes] | None = None
+    stream: MessageEvents | None = None
 
 
 def is_anthropic(entry: ModelEntry) -> bool:
@@ -58,45 +60,50 @@ def url(entry: ModelEntry, query: str = "") -> str:
     return f"{base}?{query}" if query else base
 
 
-def headers(entry: ModelEntry, client: Mapping[str, str]) -> dict[str, str]:
+def headers(entry: ModelEntry, client: Mapping[str, str], betas: Betas) -> dict[str, str]:
+    """The upstream's headers: the deployment's key, the client's ``anthropic-version`` and those of
+    its ``anthropic-beta`` flags the operator allows (``gateway.upstream.betas``)."""
     key = entry.litellm_params.get("api_key") or os.environ.get("ANTHROPIC_API_KEY") or ""
     out = {"content-type": "application/json", "x-api-key": str(key),
            "anthropic-version": client.get("anthropic-version") or DEFAULT_VERSION}
-    if client.get("anthropic-beta"):
-        out["anthropic-beta"] = client["anthropic-beta"]
+    allowed = betas.header(client.get("anthropic-beta"))
+    if allowed:
+        out["anthropic-beta"] = allowed
     return out
 
 
-def pool() -> httpx.AsyncClient:
-    """One pooled client for every relayed request of an app (its owner closes it): a client per
-    request would open a new TLS connection to the provider each time."""
-    return httpx.AsyncClient(timeout=None, limits=httpx.Limits(max_keepalive_connections=32))
-
-
-async def send(http: httpx.AsyncClient, entry: ModelEntry, body: dict[str, Any], client: Mapping[str, str], *,
-               query: str, timeout: float) -> Relayed:
-    """POST ``body`` to ``entry``'s Messages endpoint through ``http`` (see :func:`pool`). A streamed
-    answer is handed back open (read ``stream`` to the end, or close it); an error status comes back
-    with the upstream's body."""
+async def send(client: http.Client, entry: ModelEntry, body: dict[str, Any], headers: Mapping[str, str], *,
+               query: str, timeout: float, model: str) -> Relayed:
+    """POST ``body`` to ``entry``'s Messages endpoint through the app's upstream ``client``. A streamed
+    answer is handed back open (read its ``stream`` to the end, or close it); an error status comes
+    back with the upstream's body, except 401/403 (``forward.auth_failed``: the operator's
+    credentials, whose error text never reaches a client). ``model`` is the name the answer gives."""
     data = await offload.inline_or_run(offload.is_big(body), _encoded, body)
-    request = http.build_request("POST", url(entry, query), content=data, headers=headers(entry, client),
-                                 timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
-    try:
-        response = await http.send(request, stream=True)
-    except httpx.TimeoutException:
-        raise UpstreamError("The upstream model did not answer in time.", status_code=504,
-                            code="upstream_timeout") from None
-    except httpx.HTTPError:
-        raise UpstreamError("Could not reach the upstream model (connection failed).", status_code=502,
-                            code="upstream_connection_error") from None
+    response = await client.post(url(entry, query), data, headers, http.phases(timeout))
     passed = {k: v for k, v in response.headers.items() if k.lower() in REPLY_HEADERS}
-    if response.status_code >= 400 or not body.get("stream"):
-        try:
-            content = await response.aread()
-        finally:
-            await response.aclose()
-        return Relayed(response.status_code, passed, content=content)
-    return Relayed(response.status_code, passed, stream=_bytes(response))
+    if response.status in forward.AUTH_STATUSES:
+        await http.read(response, 0)
+        raise forward.auth_failed(response.status)
+    if response.status >= 400 or not body.get("stream"):
+        content = await http.read(response)
+        if response.status < 400:
+            content = http.with_model(content, model)
+        return Relayed(response.status, passed, content=content)
+    return Relayed(response.status, passed, stream=MessageEvents(response, model))
+
+
+class MessageEvents(http.Events):
+    """Anthropic's events as the upstream sent them, whole events at a time, but for the ``model``
+    of ``message_start``; ``ended_well`` once ``message_stop`` came."""
+
+    def __init__(self, response: Any, model: str) -> None:
+        super().__init__(response)
+        self.model = model
+        self.ended_well = False
+
+    def edit(self, block: bytes) -> bytes:
+        self.ended_well = self.ended_well or b"message_stop" in block
+        return http.with_model(block, self.model)
 
 
 def _encoded(body: dict[str, Any]) -> bytes:
@@ -110,15 +117,3 @@ def usage(content: bytes) -> dict[str, Any] | None:
     except (ValueError, AttributeError):
         return None
     return found if isinstance(found, dict) else None
-
-
-async def _bytes(response: httpx.Response) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in response.aiter_bytes():
-            yield chunk
-    except httpx.HTTPError:  # the upstream went away midway: Anthropic's in-band error event
-        error = {"type": "error", "error": {"type": "api_error",
-                                           "message": "The upstream stream broke off (connection failed)."}}
-        yield f"event: error\ndata: {json.dumps(error)}\n\n".encode()
-    finally:
-        await response.aclose()

@@ -135,6 +135,21 @@ def test_a_short_prompt_passes_through_to_the_embedded_model(client):
     )
     assert raw.headers["x-mixpr-action"] == "passthrough"
     assert raw.parse().choices[0].message.content.strip()
+    # The name asked for, not the server's path to its .gguf file (issue 30).
+    assert raw.parse().model == "local"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_every_answer_names_the_model_asked_for(client, stream):
+    """Relayed (short) and through LiteLLM (compressed), streamed or not: never the .gguf's path."""
+    for messages in ([{"role": "user", "content": "Say hello."}], document_and_question()):
+        create = client.chat.completions.create
+        if stream:
+            chunks = create(model="local", messages=messages, max_tokens=4, stream=True)
+            names = {chunk.model for chunk in chunks}
+        else:
+            names = {create(model="local", messages=messages, max_tokens=4).model}
+        assert names == {"local"}
 
 
 def test_a_long_document_is_compressed_and_answered(client):

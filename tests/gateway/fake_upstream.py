@@ -16,6 +16,7 @@ tests never race on shared state:
 * ``mode-status-NNN``: status NNN with an OpenAI error body (503: with ``Retry-After: 3``);
   ``mode-text-NNN``: status NNN with a plain-text body (a proxy's error page);
   ``mode-context-400``: llama.cpp's 400 for a prompt longer than its window
+* ``mode-openai-401``: OpenAI's real 401 for a wrong key (it quotes the key's first and last characters)
 * ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
 * ``mode-slowstream``: for ``stream=True``, a chunk every 100 ms for a minute; the time the client
   closed the connection is kept in ``Recorded.closed_at``
@@ -44,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import struct
 import threading
 import time
@@ -85,6 +87,7 @@ class FakeUpstream:
 
     requests: list[Recorded] = field(default_factory=list)
     port: int = 0
+    tls: ssl.SSLContext | None = None  # serve https with this server context
     _loop: asyncio.AbstractEventLoop | None = None
     _server: asyncio.base_events.Server | None = None
     _thread: threading.Thread | None = None
@@ -92,7 +95,7 @@ class FakeUpstream:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
 
     def start(self) -> FakeUpstream:
         ready = threading.Event()
@@ -124,7 +127,7 @@ class FakeUpstream:
         self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self._loop)
         self._server = self._loop.run_until_complete(
-            asyncio.start_server(self._handle_connection, "127.0.0.1", 0)
+            asyncio.start_server(self._handle_connection, "127.0.0.1", 0, ssl=self.tls)
         )
         self.port = self._server.sockets[0].getsockname()[1]
         ready.set()
@@ -174,6 +177,9 @@ class FakeUpstream:
             error = {"message": f"Upstream status {status}.", "type": "upstream_error", "param": None,
                      "code": f"status_{status}"}
             _write_json(writer, status, {"error": error}, {"Retry-After": "3"} if status == 503 else None)
+            return True
+        if mode == "mode-openai-401":  # OpenAI's own answer to a wrong key, which quotes part of it
+            _write_json(writer, 401, {"error": OPENAI_401})
             return True
         if mode == "mode-context-400":  # llama.cpp's own refusal of a prompt over its window
             error = {"code": 400, "type": "exceed_context_size_error", "message": "request (36365 tokens) "
@@ -257,6 +263,11 @@ LLAMA_VALIDATION_500 = {
                "'input': 5}\n\n  File \"/site-packages/llama_cpp/server/app.py\", line 376, in "
                "create_chat_completion\n    POST /v1/chat/completions",
     "type": "internal_server_error", "param": None, "code": None,
+}
+OPENAI_401 = {
+    "message": "Incorrect API key provided: sk-proj-********************************************wxyz. You "
+               "can find your API key at https://platform.openai.com/account/api-keys.",
+    "type": "invalid_request_error", "param": None, "code": "invalid_api_key",
 }
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 

@@ -74,7 +74,10 @@ def test_mixpr_field_and_headers_are_not_forwarded(client: openai.OpenAI, upstre
                                    extra_body={"mixpr": {"enabled": False}},
                                    extra_headers={"x-mixpr-route": "local"})
     request = _only(upstream, "echo")
-    assert request.json == {"messages": messages, "model": "echo"}
+    # The gateway's own prompt_cache_key aside (gateway.core.cache_key), exactly the client's request.
+    sent = request.json
+    assert sent.pop("prompt_cache_key").startswith("mixpr-")
+    assert sent == {"messages": messages, "model": "echo"}
     assert not [h for h in request.headers if h.startswith("x-mixpr")]
 
 

@@ -36,6 +36,8 @@ ROOT = Path(__file__).resolve().parents[3]
 PROXY_KEY = "sk-proxy-test"
 WINDOW = 3000
 GUARDRAIL = "gateway.plugins.litellm_guardrail.MixPRGuardrail"
+OLD_GUARDRAIL = "gateway.litellm_guardrail.MixPRGuardrail"  # deprecated, kept for one release
+PROXY_LOGS: dict[str, Path] = {}  # proxy url -> its output
 BUDGET = 800
 STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
 LONG_PROMPT = haystack(600) + "\n\n" + QUESTION  # ~11k tokens, far over the 3,000-token window
@@ -78,6 +80,9 @@ def proxy_config(upstream_base: str, gateway_url: str, scripted_base: str) -> di
         "guardrails": [
             {"guardrail_name": "mixpr", "litellm_params": {
                 "guardrail": GUARDRAIL, "mode": "pre_call", **mixpr}},
+            # The previous release's path (gateway.litellm_guardrail): still loads, with a warning.
+            {"guardrail_name": "mixpr-old", "litellm_params": {
+                "guardrail": OLD_GUARDRAIL, "mode": "pre_call", **mixpr}},
             # MixPR raises for an unknown method: the compressor failing, deterministically.
             {"guardrail_name": "mixpr-broken", "litellm_params": {
                 "guardrail": GUARDRAIL, "mode": "pre_call", **mixpr,
@@ -163,6 +168,7 @@ def proxy_url(upstream: FakeUpstream, scripted: ScriptedUpstream,
         seconds = _wait_alive(proxy_url, proxy, folder / "proxy.log", started)
         # Shown with -s: the slowest step of the suite.
         print(f"\ngateway answered after {ready:.1f} s, LiteLLM proxy after {seconds:.1f} s")
+        PROXY_LOGS[proxy_url] = folder / "proxy.log"
         yield proxy_url
     finally:
         _stop(proxy)
@@ -248,6 +254,18 @@ def test_short_prompt_reaches_the_model_byte_for_byte(proxy: openai.OpenAI, upst
     assert _sent(upstream, "mode-needle-small") == messages
     if guardrail == "mixpr":
         assert raw.headers["x-mixpr-action"] == "passthrough"
+
+
+def test_the_previous_releases_plugin_path_still_loads_with_a_warning(
+        proxy: openai.OpenAI, proxy_url: str, upstream: FakeUpstream) -> None:
+    upstream.clear()
+    raw = proxy.chat.completions.with_raw_response.create(
+        model="small", messages=[{"role": "user", "content": LONG_PROMPT}], max_tokens=50,
+        extra_body={"guardrails": ["mixpr-old"]})
+    _assert_compressed(_sent(upstream, "mode-needle-small"))
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    log = PROXY_LOGS[proxy_url].read_text()
+    assert f"guardrail: {OLD_GUARDRAIL} is deprecated" in log and GUARDRAIL in log
 
 
 @pytest.mark.parametrize("guardrail", ["mixpr-broken", "mixpr-api"])

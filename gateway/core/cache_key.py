@@ -1,0 +1,73 @@
+"""The ``prompt_cache_key`` of a conversation, for OpenAI-style upstreams (issue 30).
+
+OpenAI routes a request to a cache machine by a hash of its first ~256 tokens plus the request's
+``prompt_cache_key``; requests of one conversation that land on different machines miss the cache.
+So when the client sent no key, the gateway sets one per conversation: from the session the client
+names (the first of :data:`SESSION_HEADERS` it sends: Claude Code's, Codex's, a generic one), else
+from the conversation's start (its system prompt and first user message), which every later request
+of the conversation repeats. Either is an HMAC keyed by a secret of the deployment (derived from
+``master_key``), so the key tells the provider nothing it could check a guess against; every replica
+with the same config computes the same key.
+
+It promises nothing about hits: the provider may still route elsewhere (OpenAI spills a key past
+about 15 requests a minute to more machines), and two conversations that start alike and name no
+session share a key, which only means they share a machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from typing import Any
+
+SESSION_HEADERS = ("x-claude-code-session-id", "session_id", "session-id", "x-session-id")
+PREFIX = "mixpr-"
+HEX_CHARS = 32
+MAX_SESSION_CHARS = 256
+LEADING_ROLES = ("system", "developer")
+HASHED_CHARS = 16_384  # of each text that identifies a conversation's start
+HASHED_PARTS = 16
+
+
+def session(headers: Mapping[str, str]) -> str | None:
+    """The conversation the client names: the first of ``SESSION_HEADERS`` it sent, if any."""
+    for name in SESSION_HEADERS:
+        value = headers.get(name)
+        if value and value.strip():
+            return value.strip()[:MAX_SESSION_CHARS]
+    return None
+
+
+def secret(master_key: str | None) -> bytes:
+    """The HMAC key: the deployment's own secret when it has one (shared by its replicas)."""
+    return hashlib.sha256(b"mixpr prompt_cache_key\0" + (master_key or "").encode()).digest()
+
+
+def key(salt: bytes, named: str | None, messages: list[dict[str, Any]]) -> str:
+    """The conversation's key: from its session when the client names one, else from its start."""
+    source = b"session\0" + named.encode() if named else b"start\0" + _start(messages)
+    return PREFIX + hmac.new(salt, source, hashlib.sha256).hexdigest()[:HEX_CHARS]
+
+
+def _start(messages: list[dict[str, Any]]) -> bytes:
+    """The leading system prompt(s) and the first user message, as every later turn repeats them;
+    each cut to ``HASHED_CHARS`` (OpenAI routes by the first ~256 tokens anyway): constant work per
+    request, however long its first message."""
+    system = [_text(m.get("content")) for m in messages if m.get("role") in LEADING_ROLES]
+    first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+    return json.dumps([system[:HASHED_PARTS], first_user], ensure_ascii=False).encode()
+
+
+def _text(content: Any) -> str:
+    """A message's content as text: a string's start, or the start of each of its first parts' text
+    (an image part counts by its type: its data is not read)."""
+    if isinstance(content, str):
+        return content[:HASHED_CHARS]
+    parts = content[:HASHED_PARTS] if isinstance(content, list) else []
+    return "\0".join(_part(p)[:HASHED_CHARS] for p in parts)
+
+
+def _part(part: Any) -> str:
+    return str(part.get("text") or part.get("type")) if isinstance(part, dict) else ""
