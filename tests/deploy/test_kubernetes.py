@@ -247,13 +247,15 @@ def test_the_redis_overlay_points_every_replica_at_its_redis(with_redis):
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     (port,) = pod["spec"]["containers"][0]["ports"]
     assert service["spec"]["ports"][0]["targetPort"] == port["name"]
-    assert redis["metadata"]["namespace"] == gateway["metadata"]["namespace"] == service["metadata"]["namespace"]
+    namespaces = {o["metadata"]["namespace"] for o in (redis, gateway, service)}
+    assert namespaces == {"mixpr"}
 
 
 def test_only_the_gateway_reaches_redis_which_forgets_before_it_is_killed(with_redis):
     policy = _named(with_redis, "NetworkPolicy", "mixpr-redis")
     pod = _named(with_redis, "Deployment", "mixpr-redis")["spec"]["template"]
-    gateway_labels = _named(with_redis, "Deployment", "mixpr-gateway")["spec"]["template"]["metadata"]["labels"]
+    gateway = _named(with_redis, "Deployment", "mixpr-gateway")
+    gateway_labels = gateway["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
     (rule,) = policy["spec"]["ingress"]
     (source,) = rule["from"]

@@ -31,7 +31,8 @@ def view(path: str) -> str:
 
 def call(number: int, path: str) -> dict[str, Any]:
     arguments = json.dumps({"command": "view", "path": path})
-    return {"id": f"call_{number}", "type": "function", "function": {"name": "editor", "arguments": arguments}}
+    function = {"name": "editor", "arguments": arguments}
+    return {"id": f"call_{number}", "type": "function", "function": function}
 
 
 def chat_loop(steps: int, *, parallel: bool = False, task: str = TASK) -> list[list[dict[str, Any]]]:

@@ -17,17 +17,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class GatewayProcess:
-    """One gateway process; its log (stderr) goes to ``log`` when given, else nowhere."""
+    """One gateway process; its log (stderr) goes to ``log`` when given, else nowhere; ``port``: a
+    given one (a restart where the load balancer expects it), else a free one."""
 
-    def __init__(self, config: Path, log: Path | None = None) -> None:
-        self.port = closed_port()
+    def __init__(self, config: Path, log: Path | None = None, port: int | None = None) -> None:
+        self.port = port or closed_port()
         self.log = log
         env = {
             **os.environ,
             "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
-        self._log: IO[bytes] | None = log.open("wb") if log is not None else None
+        self._log: IO[bytes] | None = log.open("ab") if log is not None else None
         self.process = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(self.port),
              "--log-level", "warning"],
@@ -51,12 +52,25 @@ class GatewayProcess:
     def logged(self) -> str:
         return self.log.read_text(errors="replace") if self.log is not None else ""
 
+    def kill(self) -> None:
+        """SIGKILL: requests in flight get a closed connection, as when a node dies."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self._close_log()
+
     def stop(self) -> None:
+        if self.process.poll() is not None:
+            self._close_log()
+            return
         self.process.send_signal(signal.SIGTERM)
         try:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
+        self._close_log()
+
+    def _close_log(self) -> None:
         if self._log is not None:
             self._log.close()
+            self._log = None
