@@ -48,14 +48,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-import numpy as np
-import yaml
-from processes import GatewayProcess  # noqa: E402  (tests/gateway)
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "gateway"))  # the tests' processes, Redis and recording upstream
+
+import httpx  # noqa: E402
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
+from fake_upstream import FakeUpstream  # noqa: E402
+from processes import GatewayProcess  # noqa: E402
 from redis_server import RedisServer, available, free_port  # noqa: E402
 
-from bench import agents
-from bench.conversation import FakeUpstream  # puts tests/gateway on the path
+from bench import agents  # noqa: E402
 
 RETRIES = 4  # client retries of a 502/503/504 or a dropped connection (the SDKs' default is 2)
 RETRY_PAUSE_S = 0.5
@@ -363,11 +366,11 @@ def compare(runs: list[agents.Trajectory], replicas: int, concurrency: int) -> d
 def soak(runs: list[agents.Trajectory], replicas: int, clients: int, seconds: float) -> dict[str, Any]:
     """Multi-turn traffic for ``seconds``; replica 1 SIGKILLed a third of the way in and restarted."""
     upstream = FakeUpstream().start()
-    deadline = time.monotonic() + seconds
     events: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp, \
                 setting(upstream, replicas, True, Path(tmp)) as (url, fleet):
+            deadline = time.monotonic() + seconds
             killer = threading.Thread(target=_kill_and_restart, args=(fleet, seconds / 3, events),
                                       daemon=True)
             killer.start()

@@ -31,6 +31,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 from gateway.compress.forms import FormCache
+from gateway.config import GeneralSettings
 
 log = logging.getLogger("gateway.compress.shared_forms")
 
@@ -40,6 +41,15 @@ RETRY_AFTER_S = 2.0  # after a failure, builds do not ask Redis for this long
 WRITE_TIMEOUT_S = 2.0  # a write-back waits for no request; it only holds a slot this long at most
 MAX_PENDING_WRITES = 32  # write-backs in flight; past it new ones are dropped (and counted)
 CONNECTIONS = 16  # to Redis, per replica; a request waits for one at most the read timeout
+
+
+def from_settings(settings: GeneralSettings, metrics: Any = None) -> SharedForms | None:
+    """The shared cache ``settings`` ask for (``form_cache_url``), or None."""
+    if not settings.form_cache_url:
+        return None
+    return SharedForms(settings.form_cache_url, timeout_s=settings.form_cache_timeout_ms / 1000,
+                       ttl_s=settings.form_cache_ttl_s, max_entry_bytes=settings.form_cache_max_entry_bytes,
+                       metrics=metrics)
 
 
 def namespace() -> str:
@@ -63,10 +73,11 @@ class SharedForms:
         self.max_entry_bytes = max_entry_bytes
         self.metrics = metrics
         self.prefix = namespace()
-        # No retries of its own (a retry would multiply the timeout); one pool, bounded.
+        # One retry, at once: a connection left over from before a Redis restart fails on first use,
+        # and a fresh one answers. The timeout bounds the retry too. One pool, bounded.
         pool = BlockingConnectionPool.from_url(
             url, max_connections=CONNECTIONS, timeout=timeout_s, socket_timeout=timeout_s,
-            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 0))
+            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1))
         self._client = Redis(connection_pool=pool)
         self._writes: set[asyncio.Task[None]] = set()
         self._resting_until = 0.0
