@@ -240,7 +240,7 @@ def test_redis_killed_mid_conversation_changes_nothing_the_client_sees(replicas,
         sent.append(seen)
     assert _chat(gateways[0].url, upstream, loop[-1])[2] == sent[-1]  # the other replica: same bytes
     for gateway in gateways:
-        assert _metric(gateway.url, "mixpr_form_cache_errors_total", cause="unavailable") >= 1
+        assert _metric(gateway.url, "mixpr_form_cache_errors_total") >= 1  # unavailable (or a timeout)
         logged = gateway.logged()
         assert logged.count(WARNING) == 1 and "Killed Redis" not in logged and "Traceback" not in logged
     redis.start()  # the same port
