@@ -341,9 +341,15 @@ def digests(upstream: FakeUpstream) -> dict[str, str]:
 # -- the two benches ----------------------------------------------------------------------------
 
 
-def compare(runs: list[agents.Trajectory], replicas: int, concurrency: int) -> dict[str, dict[str, Any]]:
-    settings = {"1 replica": (1, False), f"{replicas} replicas, no Redis": (replicas, False),
-                f"{replicas} replicas, Redis": (replicas, True)}
+def standard_settings(replicas: int) -> dict[str, tuple[int, bool]]:
+    """The compared settings: name -> (replicas, with Redis); the first is the reference."""
+    return {"1 replica": (1, False), f"{replicas} replicas, no Redis": (replicas, False),
+            f"{replicas} replicas, Redis": (replicas, True)}
+
+
+def compare(runs: list[agents.Trajectory], settings: dict[str, tuple[int, bool]],
+            concurrency: int) -> dict[str, dict[str, Any]]:
+    """Each setting on fresh processes, in order; bytes compared with the first setting's."""
     rows: dict[str, dict[str, Any]] = {}
     reference = None
     upstream = FakeUpstream().start()
@@ -436,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         result = soak(runs, args.replicas, args.clients, seconds)
         print(_soak_report(result, args.replicas, args.clients))
     else:
-        result = compare(runs, args.replicas, args.concurrency)
+        result = compare(runs, standard_settings(args.replicas), args.concurrency)
         print(table(result, "1 replica"))
         print("\n".join(verdict(result, "1 replica", f"{args.replicas} replicas, Redis")))
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
