@@ -46,13 +46,16 @@ hadolint: $(VENV)/.installed-test
 lint: hadolint
 	$(BIN)/ruff check .
 
-# The Kubernetes base, rendered by kubectl's kustomize and checked by checkov. checkov lives in its
-# own venv: it pins packages LiteLLM's would clash with, and takes minutes to install, so `make test`
-# does not wait for it (tests/deploy checks the rendered manifests against the gateway itself).
+# The Kubernetes base and its Redis overlay, rendered by kubectl's kustomize and checked by checkov.
+# checkov lives in its own venv: it pins packages LiteLLM's would clash with, and takes minutes to
+# install, so `make test` does not wait for it (tests/deploy checks the rendered manifests against
+# the gateway itself).
 CHECKOV := .venv-checkov
 k8s-check: $(CHECKOV)/.installed
 	kubectl kustomize deploy/kubernetes > $(CHECKOV)/rendered.yaml
-	$(CHECKOV)/bin/checkov --quiet --compact --skip-download --framework kubernetes -f $(CHECKOV)/rendered.yaml
+	kubectl kustomize deploy/kubernetes-redis > $(CHECKOV)/rendered-redis.yaml
+	$(CHECKOV)/bin/checkov --quiet --compact --skip-download --framework kubernetes \
+		-f $(CHECKOV)/rendered.yaml -f $(CHECKOV)/rendered-redis.yaml
 
 $(CHECKOV)/.installed: Makefile | $(BIN)/uv
 	$(PYTHON) -m venv $(CHECKOV)

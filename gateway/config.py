@@ -24,6 +24,7 @@ Route = Literal["auto", "heuristic", "local", "global"]
 # "auto": keep what the window leaves, up to max_budget_tokens; a number: a cost budget.
 Budget = Annotated[int, Field(ge=16)] | Literal["auto"]
 # Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
 # The anthropic-beta flags relayed by default: what the gateway's features need (context_management
 # is relayed to Anthropic models) and what Claude Code 2.1.331 sends (recorded), plus fine-grained
@@ -217,6 +218,13 @@ class GeneralSettings(_Strict):
     # A prompt_cache_key per conversation for openai/ models when the client sends none
     # (gateway.core.cache_key); false: only the client's own.
     prompt_cache_key: bool = True
+    # Replicas share message forms through this Redis (redis://host:6379/0, rediss://, unix://);
+    # null: each replica keeps its own (gateway.compress.shared_forms).
+    form_cache_url: str | None = None
+    # A build waits at most this long for Redis, then computes what it lacks itself.
+    form_cache_timeout_ms: int = Field(100, ge=1, le=10_000)
+    form_cache_ttl_s: int = Field(24 * 3600, ge=1)  # each entry expires this long after it was written
+    form_cache_max_entry_bytes: int = Field(1024 * 1024, ge=1024)  # larger forms stay local
 
     @field_validator("master_key")
     @classmethod
@@ -225,6 +233,16 @@ class GeneralSettings(_Strict):
         if value is not None and not value.strip():
             raise ValueError("is empty (an environment variable set to an empty string?): set a key, "
                              "or remove master_key to run without auth on 127.0.0.1")
+        return value
+
+    @field_validator("form_cache_url")
+    @classmethod
+    def _redis_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None  # an environment variable set to "": no shared cache, as when unset
+        if not value.startswith(REDIS_SCHEMES):
+            # Never echo the value: a Redis URL may carry a password.
+            raise ValueError(f"must start with {', '.join(REDIS_SCHEMES)}")
         return value
 
     @field_validator("allowed_hosts")

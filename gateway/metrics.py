@@ -69,6 +69,13 @@ class Metrics:
                               ["model"], registry=r)
         self.new_forms = Counter("mixpr_message_forms", "Message forms computed (not found in the "
                                  "instance's cache)", ["model"], registry=r)
+        self.form_cache = Counter("mixpr_form_cache", "Message forms (with evidence blocks and token "
+                                  "counts) a build needed, by where they came from: local (this "
+                                  "instance's memory), redis (the shared cache), computed",
+                                  ["source"], registry=r)
+        self.form_cache_errors = Counter("mixpr_form_cache_errors", "Failures of the shared form cache "
+                                         "(Redis), by cause (unavailable, timeout, full, error, dropped); "
+                                         "the request went on with local work", ["cause"], registry=r)
         self.upstream_cached_tokens = Counter("mixpr_upstream_cached_tokens", "Prompt tokens the upstream "
                                               "reported read from (or written to) its prompt cache",
                                               ["model", "kind"], registry=r)

@@ -33,6 +33,7 @@ from gateway.compress import messages as shape
 from gateway.compress.compressor import Compressor, Outcome, Router
 from gateway.compress.policy import Control, Target
 from gateway.compress.sent import REMEMBERED_BYTES, Sent, chain, common, digest
+from gateway.compress.shared_forms import FormStore, SharedForms
 from gateway.config import MixprSettings
 from gateway.errors import ContextLengthExceeded, Overloaded
 from gateway.run import offload
@@ -82,9 +83,11 @@ class _Plan:
 class History:
     """Prepares every request; multi-turn ones as the concatenation of their messages' forms."""
 
-    def __init__(self, compressor: Compressor, *, cache_bytes: int, metrics: Any = None) -> None:
+    def __init__(self, compressor: Compressor, *, cache_bytes: int, metrics: Any = None,
+                 shared: SharedForms | None = None) -> None:
         self.compressor = compressor
         self.cache = forms.FormCache(cache_bytes)
+        self.store = FormStore(self.cache, shared, metrics)  # this memory, then the replicas' Redis
         self.metrics = metrics
         self.sent = Sent(REMEMBERED_BYTES)
 
@@ -116,6 +119,9 @@ class History:
             self.metrics.record_prefix(model_name, outcome)
         return outcome
 
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
     async def today(self, request: Request) -> Outcome:
         """The whole request compressed for its last question, as if it had no earlier turns; checked
         like forms (``gateway.compress.checks``): what fails them is not sent."""
@@ -134,7 +140,7 @@ class History:
     # -- in a thread ------------------------------------------------------------------------------
 
     def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
-        plan = self._plan(request)
+        plan = self._plan(request, bridge.loop)
         self._forms(plan, bridge, [(p, 0) for p in range(len(plan.pieces))])
         room, after = _room(request)
         self._evidence(plan, bridge, request.target.counted(room))
@@ -154,95 +160,69 @@ class History:
     def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
         self.sent.put(chain(request.messages, model_name)[-1], [digest(m) for m in sent])
 
-    def _plan(self, request: Request) -> _Plan:
+    def _plan(self, request: Request, loop: asyncio.AbstractEventLoop) -> _Plan:
         model = request.target.model
         found = forms.pieces(request.messages)
-        tokens = [self._count(p.text, model) for p in found]
         by_message: dict[int, list[int]] = {}
         for number, piece in enumerate(found):
             by_message.setdefault(piece.message, []).append(number)
-        rest = [self._rest(m, [found[p] for p in by_message.get(i, [])], model)
-                for i, m in enumerate(request.messages)]
-        constant = conversation.TOKENS_PER_REPLY
-        if request.tools:
-            constant += self._count(json.dumps(request.tools), model)
+        rests = [_rest(m, [found[p] for p in by_message.get(i, [])]) for i, m in enumerate(request.messages)]
+        tools = [json.dumps(request.tools)] if request.tools else []
+        # Every count at once: one look-up in the shared cache for all of them.
+        counted = iter(self._counts([*(p.text for p in found), *(t for t, _ in rests), *tools], model, loop))
+        tokens = [next(counted) for _ in found]
+        rest = [conversation.TOKENS_PER_MESSAGE + next(counted) + conversation.TOKENS_PER_MEDIA_PART * media
+                for _, media in rests]
+        constant = conversation.TOKENS_PER_REPLY + (next(counted) if tools else 0)
         salt = json.dumps([request.settings.prefix.model_dump(mode="json"), model])
         cap = max(1, request.target.counted(_room(request)[1]) // CAP_SHARE)
         return _Plan(request, found, tokens, by_message, rest, constant, salt, cap)
 
-    def _count(self, text: str, model: str) -> int:
-        """Tokens of ``text``, remembered by content hash (histories repeat every message)."""
-        name = "n" + hashlib.blake2b(f"{model}\x00{text}".encode("utf-8", "surrogatepass"),
-                                     digest_size=20).hexdigest()
-        known = self.cache.get(name)
-        if known is not None:
-            return known[1]
-        tokens = count_tokens(text, model)
-        self.cache.put(name, ("", tokens))
-        return tokens
-
-    def _rest(self, message: dict[str, Any], own: list[forms.Piece], model: str) -> int:
-        """A message's tokens besides its pieces: framing, verbatim text, names, calls, media."""
-        texts: list[str] = []
-        content = message.get("content")
-        if not any(p.part is None and p.call is None for p in own) and isinstance(content, str):
-            texts.append(content)
-        media = 0
-        if isinstance(content, list):
-            parts = {p.part for p in own if p.call is None}
-            for i, part in enumerate(content):
-                if i in parts:
-                    continue
-                if shape.is_text(part):
-                    texts.append(part["text"])
-                else:
-                    media += 1
-        calls = {p.call for p in own if p.call is not None}
-        for number, call in enumerate(message.get("tool_calls") or ()):
-            function = call.get("function") or {} if isinstance(call, dict) else {}
-            texts.append(str(function.get("name", "")))
-            if number not in calls:
-                texts.append(str(function.get("arguments", "")))
-        for name in ("name", "tool_call_id"):
-            if isinstance(message.get(name), str):
-                texts.append(message[name])
-        counted = self._count("\n".join(texts), model) if texts else 0
-        return conversation.TOKENS_PER_MESSAGE + counted + conversation.TOKENS_PER_MEDIA_PART * media
+    def _counts(self, texts: list[str], model: str, loop: asyncio.AbstractEventLoop) -> list[int]:
+        """Tokens of each of ``texts``, remembered by content hash (histories repeat every message)."""
+        names = ["n" + hashlib.blake2b(f"{model}\x00{text}".encode("utf-8", "surrogatepass"),
+                                       digest_size=20).hexdigest() for text in texts]
+        known = self.store.found(names, loop)
+        computed: dict[str, tuple[str, int]] = {}
+        for name, text in zip(names, texts, strict=True):
+            if name not in known and name not in computed:
+                computed[name] = ("", count_tokens(text, model) if text else 0)
+        self.store.keep(computed, loop)
+        return [(known.get(name) or computed[name])[1] for name in names]
 
     def _forms(self, plan: _Plan, bridge: Bridge, pairs: Sequence[tuple[int, int]]) -> None:
-        """Fill ``plan.forms`` for (piece, level) pairs: from the cache, else computed in the pool."""
+        """Fill ``plan.forms`` for (piece, level) pairs: from memory or Redis, else computed in the pool."""
         settings, model = plan.request.settings.prefix, plan.request.target.model
-        missing: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # form -> budget, its (piece, level)s
+        wanted: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # form -> budget, its (piece, level)s
         for number, level in pairs:
             if (number, level) in plan.forms:
                 continue
             piece = plan.pieces[number]
             asked = forms.budget(piece, plan.tokens[number], level, settings, plan.cap)
-            if asked is None:
-                continue
-            name = forms.key(piece, asked, plan.salt)
-            cached = self.cache.get(name)
-            if cached is not None:
-                plan.forms[(number, level)] = cached
-            else:  # the same text at the same budget (a repeated output, two levels): computed once
-                missing.setdefault(name, (asked, []))[1].append((number, level))
-        if not missing:
-            return
-        jobs = [(plan.pieces[wanted[0][0]], asked, model) for asked, wanted in missing.values()]
-        entries = list(missing.items())
+            if asked is not None:  # the same text at the same budget (a repeated output): one form
+                wanted.setdefault(forms.key(piece, asked, plan.salt), (asked, []))[1].append((number, level))
+        known = self.store.found(list(wanted), bridge.loop)
+        missing = {name: job for name, job in wanted.items() if name not in known}
+        if missing:
+            jobs = [(plan.pieces[uses[0][0]], asked, model) for asked, uses in missing.values()]
+            known |= self._computed(plan, bridge, missing, forms.form_job, jobs)
+        for name, (_, uses) in wanted.items():
+            for number, level in uses:
+                if name in known:
+                    plan.forms[(number, level)] = known[name]
+                else:
+                    _keep_lower(plan, number, level)
 
-        def keep(index: int, form: tuple[str, int]) -> None:  # cached as it arrives
-            name, (_, uses) = entries[index]
-            self.cache.put(name, form)
-            for use in uses:
-                plan.forms[use] = form
-
-        done = bridge.map(forms.form_job, jobs, keep)
-        failed = [uses for (_, (_, uses)), form in zip(entries, done, strict=True) if form is None]
-        plan.new_forms += len(missing) - len(failed)
-        plan.failed += len(failed)
-        for number, level in (use for uses in failed for use in uses):
-            _keep_lower(plan, number, level)
+    def _computed(self, plan: _Plan, bridge: Bridge, missing: dict[str, Any], job: Any,
+                  jobs: list[tuple[Any, ...]]) -> dict[str, tuple[str, int]]:
+        """What the pool computed for ``missing``, kept here and in Redis as each result arrives (so
+        what is finished survives a later batch's failure); a job that failed is left out."""
+        names = list(missing)
+        done = bridge.map(job, jobs, lambda index, form: self.store.keep({names[index]: form}, bridge.loop))
+        computed = {name: form for name, form in zip(names, done, strict=True) if form is not None}
+        plan.new_forms += len(computed)
+        plan.failed += len(names) - len(computed)
+        return computed
 
     def _evidence(self, plan: _Plan, bridge: Bridge, room: int) -> None:
         """Evidence blocks for follow-up questions: each user message after the first, from the
@@ -252,7 +232,7 @@ class History:
         settings, model = plan.request.settings.prefix, plan.request.target.model
         last = len(plan.request.messages) - 1
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
-        missing: dict[str, tuple[int, tuple[Any, ...]]] = {}
+        wanted: dict[str, tuple[int, tuple[Any, ...]]] = {}  # block -> its piece, its job
         for number, piece in enumerate(plan.pieces):
             if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
@@ -266,23 +246,15 @@ class History:
             question = forms.split_question(piece.text)[1] or piece.text
             texts = [plan.pieces[q].text for q in cut]
             name = "e" + forms.key(piece, cap, plan.salt + "\x00".join(texts))
-            cached = self.cache.get(name)
-            if cached is not None:
-                plan.evidence[number] = cached
-            else:
-                missing[name] = (number, (question, texts, cap, model))
+            wanted[name] = (number, (question, texts, cap, model))
+        known = self.store.found(list(wanted), bridge.loop)
+        missing = {name: job for name, job in wanted.items() if name not in known}
         if missing:
-            entries = list(missing.items())
-
-            def keep(index: int, block: tuple[str, int]) -> None:  # cached as it arrives
-                name, (number, _) = entries[index]
-                self.cache.put(name, block)
-                plan.evidence[number] = block
-
-            done = bridge.map(evidence.evidence_job, [job for _, job in missing.values()], keep)
-            failed = sum(block is None for block in done)  # those follow-ups go without evidence
-            plan.new_forms += len(missing) - failed
-            plan.failed += failed
+            known |= self._computed(plan, bridge, missing, evidence.evidence_job,
+                                    [job for _, job in missing.values()])
+        for name, (number, _) in wanted.items():
+            if name in known:  # a failed block: that follow-up goes without evidence
+                plan.evidence[number] = known[name]
 
     def _size(self, plan: _Plan, message: int, level: int) -> int:
         total = plan.rest[message]
@@ -404,6 +376,35 @@ def _text(plan: _Plan, number: int, level: int) -> str:
 
 
 # -- pure helpers ------------------------------------------------------------------------------
+
+
+def _rest(message: dict[str, Any], own: list[forms.Piece]) -> tuple[str, int]:
+    """A message's text besides its pieces (verbatim text, names, calls), and its media parts."""
+    texts: list[str] = []
+    content = message.get("content")
+    if not any(p.part is None and p.call is None for p in own) and isinstance(content, str):
+        texts.append(content)
+    media = 0
+    if isinstance(content, list):
+        parts = {p.part for p in own if p.call is None}
+        for i, part in enumerate(content):
+            if i in parts:
+                continue
+            if shape.is_text(part):
+                texts.append(part["text"])
+            else:
+                media += 1
+    calls = {p.call for p in own if p.call is not None}
+    for number, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        texts.append(str(function.get("name", "")))
+        if number not in calls:
+            texts.append(str(function.get("arguments", "")))
+    for name in ("name", "tool_call_id"):
+        if isinstance(message.get(name), str):
+            texts.append(message[name])
+    return "\n".join(texts), media
+
 
 
 def _multi_turn(request: Request) -> bool:

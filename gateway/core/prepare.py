@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gateway.compress import shared_forms
 from gateway.compress.compressor import Compressor, Outcome, Router
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -67,12 +68,16 @@ class Preparer:
         self.entries = {m.model_name: m for m in self.config.model_list}
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         if self.history is None:
-            cache_bytes = self.config.general_settings.prefix_cache_bytes
-            self.history = History(self.compressor, cache_bytes=cache_bytes, metrics=self.metrics)
+            general = self.config.general_settings
+            shared = shared_forms.from_settings(general, self.metrics)  # None without form_cache_url
+            self.history = History(self.compressor, cache_bytes=general.prefix_cache_bytes,
+                                   metrics=self.metrics, shared=shared)
 
     async def aclose(self) -> None:
         for counter in self.counters.values():
             await counter.aclose()
+        if self.history is not None:
+            await self.history.aclose()
 
     def entry(self, model: str) -> ModelEntry:
         entry = self.entries.get(model)

@@ -36,6 +36,7 @@ from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.types.guardrails import GuardrailEventHooks
 from pydantic import ValidationError
 
+from gateway.compress import shared_forms
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History
 from gateway.config import ConfigError, GatewayConfig, GeneralSettings, MixprSettings, ModelEntry
@@ -170,7 +171,8 @@ class MixPRGuardrail(CustomGuardrail):
         compressor = await self._pool()
         if self._history is None:
             self._history = History(compressor, cache_bytes=self.pool_settings.prefix_cache_bytes,
-                                    metrics=self.metrics)
+                                    metrics=self.metrics,
+                                    shared=shared_forms.from_settings(self.pool_settings, self.metrics))
         preparer = Preparer(config, compressor, self.metrics, history=self._history)
         self._services[name] = (key, preparer)
         return name, preparer

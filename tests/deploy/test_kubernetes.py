@@ -73,12 +73,19 @@ def raw_config(rendered: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return yaml.safe_load(rendered["ConfigMap"]["data"]["config.yaml"])
 
 
+def plain_env(rendered: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """The container's environment variables set in the manifest itself (not from a Secret)."""
+    return {e["name"]: e["value"] for e in container(rendered)["env"] if "value" in e}
+
+
 def test_every_key_the_config_reads_comes_from_the_secret(rendered):
     wanted = env_names(raw_config(rendered))
     assert "MIXPR_MASTER_KEY" in wanted  # the gateway listens on 0.0.0.0 in the pod
     from_secret = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container(rendered)["env"]
                    if "secretKeyRef" in e.get("valueFrom", {})}
-    assert wanted <= from_secret.keys(), wanted - from_secret.keys()
+    plain = plain_env(rendered)
+    assert plain.keys() == {"MIXPR_FORM_CACHE_URL"}  # a URL with no password; every key is a secret
+    assert wanted <= from_secret.keys() | plain.keys(), wanted - from_secret.keys() - plain.keys()
     assert {ref["name"] for ref in from_secret.values()} == {"mixpr-gateway-keys"}
     assert all(ref["key"] == name and not ref.get("optional") for name, ref in from_secret.items())
 
@@ -99,7 +106,7 @@ def test_the_pod_serves_the_configmap_on_the_probed_port(rendered):
 
 def test_the_probes_answer_on_a_gateway_run_as_the_pod_runs_it(rendered, tmp_path):
     # The container's own command line and the ConfigMap's config; only the address is this test's.
-    keys = {name: f"test-{name.lower()}" for name in env_names(raw_config(rendered))}
+    keys = {name: f"test-{name.lower()}" for name in env_names(raw_config(rendered))} | plain_env(rendered)
     config = tmp_path / "config.yaml"
     config.write_text(rendered["ConfigMap"]["data"]["config.yaml"])
     args = container(rendered)["args"]
@@ -201,3 +208,63 @@ def test_the_base_ships_the_grafana_dashboard_as_is(rendered):
     assert configmap["kind"] == "ConfigMap"
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert configmap["data"] == {dashboard.name: dashboard.read_text()}
+
+
+# -- the Redis overlay (deploy/kubernetes-redis) ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def with_redis() -> list[dict[str, Any]]:
+    result = subprocess.run([KUBECTL or "kubectl", "kustomize", str(ROOT / "deploy" / "kubernetes-redis")],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def _named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
+
+def test_the_redis_overlay_points_every_replica_at_its_redis(with_redis):
+    """The gateway's config, with the overlay's environment, names the Redis Service's host and port,
+    and that Service reaches the Redis pod's port."""
+    from gateway.config import parse_config
+
+    gateway = _named(with_redis, "Deployment", "mixpr-gateway")
+    (container,) = gateway["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    configmap = next(o for o in with_redis if o["kind"] == "ConfigMap" and "config.yaml" in o.get("data", {}))
+    raw = yaml.safe_load(configmap["data"]["config.yaml"])
+    with pytest.MonkeyPatch.context() as patch:
+        for name in env_names(raw):
+            patch.setenv(name, env.get(name, "test-key"))
+        url = parse_config(raw).general_settings.form_cache_url
+    service = _named(with_redis, "Service", "mixpr-redis")
+    assert url == f"redis://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/0"
+    redis = _named(with_redis, "Deployment", "mixpr-redis")
+    pod = redis["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (port,) = pod["spec"]["containers"][0]["ports"]
+    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
+    namespaces = {o["metadata"]["namespace"] for o in (redis, gateway, service)}
+    assert namespaces == {"mixpr"}
+
+
+def test_only_the_gateway_reaches_redis_which_forgets_before_it_is_killed(with_redis):
+    policy = _named(with_redis, "NetworkPolicy", "mixpr-redis")
+    pod = _named(with_redis, "Deployment", "mixpr-redis")["spec"]["template"]
+    gateway = _named(with_redis, "Deployment", "mixpr-gateway")
+    gateway_labels = gateway["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (rule,) = policy["spec"]["ingress"]
+    (source,) = rule["from"]
+    assert source["podSelector"]["matchLabels"].items() <= gateway_labels.items()
+    assert policy["spec"]["egress"] == []
+    (redis,) = pod["spec"]["containers"]
+    args = redis["args"]
+    maxmemory = int(args[args.index("--maxmemory") + 1].removesuffix("mb"))
+    limit = int(redis["resources"]["limits"]["memory"].removesuffix("Mi"))
+    assert maxmemory < limit  # full, Redis evicts (allkeys-lru) rather than being OOM-killed
+    assert args[args.index("--maxmemory-policy") + 1] == "allkeys-lru"
+    assert args[args.index("--save") + 1] == "" and args[args.index("--appendonly") + 1] == "no"

@@ -13,6 +13,7 @@ import openai
 import pytest
 import uvicorn
 from fake_upstream import FakeUpstream
+from redis_server import MISSING, RedisServer, available
 
 from gateway import create_app
 from gateway.config import parse_config
@@ -135,3 +136,13 @@ def http(gateway_url: str) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {MASTER_KEY}"}
     with httpx.Client(base_url=gateway_url, headers=headers, timeout=30) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real redis-server on loopback for the session (tests that kill or stop one start their own)."""
+    if not available():
+        pytest.skip(MISSING)
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()

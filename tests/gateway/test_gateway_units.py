@@ -54,6 +54,19 @@ def test_config_errors_name_the_field(raw: dict, message: str) -> None:
     assert message in str(caught.value)
 
 
+def test_form_cache_url_is_a_redis_url_and_never_echoed(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "http://cache:hunter2@example.com:6379"
+    with pytest.raises(ConfigError) as caught:
+        parse_config({**BASE, "general_settings": {"form_cache_url": secret}})
+    assert "general_settings.form_cache_url" in str(caught.value) and "redis://" in str(caught.value)
+    assert "hunter2" not in str(caught.value)
+    monkeypatch.setenv("FORM_CACHE", "rediss://:pw@cache:6380/1")
+    raw = {**BASE, "general_settings": {"form_cache_url": "os.environ/FORM_CACHE"}}
+    assert parse_config(raw).general_settings.form_cache_url == "rediss://:pw@cache:6380/1"
+    monkeypatch.setenv("FORM_CACHE", "")  # a variable set to "" (the Kubernetes base): no shared cache
+    assert parse_config(raw).general_settings.form_cache_url is None
+
+
 def test_unreadable_and_invalid_files(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "missing.yaml")

@@ -9,12 +9,7 @@ first message, then one question per turn.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -22,29 +17,19 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import MASTER_KEY, closed_port
+from agent_loops import FILES, TASK, chat_loop, view
+from conftest import MASTER_KEY
 from corpus import SENTENCES
 from fake_upstream import CACHED_TOKENS, REPLY_TEXT, FakeUpstream
+from processes import GatewayProcess
 
 from gateway.compress import checks
 from gateway.compress import messages as shape
 from gateway.compress.evidence import CLOSE, OPEN
 
-ROOT = Path(__file__).resolve().parents[3]
 KEY = "sk-forms-test"
 FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100}
 SMALL_WINDOW = 5000  # a few steps fill it: the loop must reset
-TASK = "Fix the bug: the gateway forwards a compressed request whose tool results lost their calls."
-FILES = [
-    "gateway/compress/conversation.py",
-    "gateway/compress/compressor.py",
-    "gateway/config.py",
-    "gateway/core/chat.py",
-    "gateway/api/openai_responses.py",
-    "gateway/metrics.py",
-    "gateway/run/workers.py",
-    "gateway/api/anthropic_messages.py",
-]
 
 
 BUDGET = 1600  # tokens of conversation text; the document is ~11k, so every turn is compressed
@@ -106,53 +91,6 @@ def _config(upstream_url: str) -> dict[str, Any]:
     }
 
 
-class GatewayProcess:
-    """``python -m gateway`` on a free port, this checkout first on the path."""
-
-    def __init__(self, config: Path) -> None:
-        self.port = closed_port()
-        env = {
-            **os.environ,
-            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        }
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "--config",
-                str(config),
-                "--port",
-                str(self.port),
-                "--log-level",
-                "warning",
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def wait(self) -> GatewayProcess:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if httpx.get(self.url + "/health/readiness").status_code == 200:
-                    return self
-            except httpx.ConnectError:
-                pass
-            assert self.process.poll() is None and time.monotonic() < deadline, "gateway did not start"
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
-
-
 @pytest.fixture(scope="module")
 def gateways(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
     config = tmp_path_factory.mktemp("forms") / "config.yaml"
@@ -166,49 +104,6 @@ def gateways(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -
 
 
 # -- conversations ---------------------------------------------------------------------------------
-
-
-def _view(path: str) -> str:
-    """A file view as an agent's editor shows it: numbered lines."""
-    lines = (ROOT / path).read_text(encoding="utf-8").splitlines()
-    return f"Here's the result of running `cat -n` on {path}:\n" + "\n".join(
-        f"{i:6}\t{line}" for i, line in enumerate(lines, 1)
-    )
-
-
-def _call(number: int, path: str) -> dict[str, Any]:
-    arguments = json.dumps({"command": "view", "path": path})
-    return {
-        "id": f"call_{number}",
-        "type": "function",
-        "function": {"name": "editor", "arguments": arguments},
-    }
-
-
-def _chat_loop(steps: int, *, parallel: bool = False) -> list[list[dict[str, Any]]]:
-    """The request of every step of an agent loop in chat format: a call (or two in parallel), results."""
-    messages: list[dict[str, Any]] = [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": TASK},
-    ]
-    requests = []
-    for step in range(steps):
-        paths = (
-            [FILES[(2 * step) % len(FILES)], FILES[(2 * step + 1) % len(FILES)]]
-            if parallel
-            else [FILES[step % len(FILES)]]
-        )
-        calls = [_call(10 * step + k, path) for k, path in enumerate(paths)]
-        messages = [
-            *messages,
-            {"role": "assistant", "content": f"Step {step}: reading the code.", "tool_calls": calls},
-        ]
-        messages += [
-            {"role": "tool", "tool_call_id": c["id"], "content": _view(p)}
-            for c, p in zip(calls, paths, strict=True)
-        ]
-        requests.append(messages)
-    return requests
 
 
 def _client(url: str) -> openai.OpenAI:
@@ -244,7 +139,7 @@ def test_a_cold_process_sends_the_bytes_a_warm_one_sends(gateways: list[str], up
     """No sticky sessions: process B, which never saw the conversation, sends byte for byte what A
     (which saw every earlier step, and cached their forms) sends."""
     warm, cold = gateways
-    loop = _chat_loop(5)
+    loop = chat_loop(5)
     for messages in loop[:-1]:
         _chat(warm, upstream, messages)
     headers_warm, body_warm, _ = _chat(warm, upstream, loop[-1])
@@ -261,7 +156,7 @@ def test_an_agent_loop_only_appends(gateways: list[str], upstream: FakeUpstream)
     """Each step sends the previous step's bytes, then its new messages; every long result is cut
     once, with markers that say what was left out, and later steps never change it."""
     sent: list[list[dict[str, Any]]] = []
-    for messages in _chat_loop(6):
+    for messages in chat_loop(6):
         headers, _, seen = _chat(gateways[0], upstream, messages)
         if sent:
             assert _starts_with(seen, sent[-1])
@@ -275,13 +170,13 @@ def test_an_agent_loop_only_appends(gateways: list[str], upstream: FakeUpstream)
 
 def test_forms_off_sends_the_loop_as_it_is(gateways: list[str], upstream: FakeUpstream) -> None:
     """``prefix.enabled: false``: below the window nothing is cut (the contrast to the test above)."""
-    messages = _chat_loop(3)[-1]
+    messages = chat_loop(3)[-1]
     headers, _, seen = _chat(gateways[0], upstream, messages, model="agent-off")
     assert seen == messages and headers["x-mixpr-action"] == "passthrough"
 
 
 def test_parallel_calls_keep_their_results_together(gateways: list[str], upstream: FakeUpstream) -> None:
-    loop = _chat_loop(3, parallel=True)
+    loop = chat_loop(3, parallel=True)
     _, _, before = _chat(gateways[0], upstream, loop[1])
     _, _, seen = _chat(gateways[0], upstream, loop[2])
     assert _starts_with(seen, before)
@@ -296,7 +191,7 @@ def test_a_reset_is_rare_deliberate_and_then_appends(gateways: list[str], upstre
     url = gateways[1]
     before = _metric(url, "mixpr_resets_total", "agent-small")
     sent, resets = [], []
-    for messages in _chat_loop(12):
+    for messages in chat_loop(12):
         headers, _, seen = _chat(url, upstream, messages, model="agent-small", max_tokens=200)
         assert int(headers["x-mixpr-compressed-tokens"]) <= SMALL_WINDOW - 200
         resets.append(headers["x-mixpr-reset"] == "true")
@@ -313,7 +208,7 @@ def test_a_change_of_max_tokens_is_reported_truthfully(gateways: list[str], upst
     """The same conversation with less room for the prompt: resets move, earlier bytes change, and
     the headers say so instead of claiming the prefix was reused."""
     url = gateways[1]
-    loop = _chat_loop(4)
+    loop = chat_loop(4)
     _, _, roomy = _chat(url, upstream, loop[2], model="agent-small", max_tokens=16)
     headers, _, same = _chat(url, upstream, loop[3], model="agent-small", max_tokens=16)
     assert _starts_with(same, roomy) and headers["x-mixpr-reset"] == "false"
@@ -340,10 +235,10 @@ def _anthropic_loop(steps: int, *, error_at: int = -1, mark_at: int = -1) -> lis
         result: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": f"toolu_{step}",
-            "content": _view(path),
+            "content": view(path),
         }
         if step == error_at:
-            result = {**result, "is_error": True, "content": "Error: " + _view(path)}
+            result = {**result, "is_error": True, "content": "Error: " + view(path)}
         if step == mark_at:
             result = {**result, "cache_control": {"type": "ephemeral"}}
         messages = [
@@ -387,8 +282,8 @@ def test_is_error_results_pass_whole(gateways: list[str], upstream: FakeUpstream
     loop = _anthropic_loop(3, error_at=1)
     _, seen = _messages(gateways[0], upstream, loop[-1])
     results = [m for m in seen if m["role"] == "tool"]
-    assert ("Error: " + _view(FILES[1])) in results[1]["content"]  # whole, though long
-    assert len(results[2]["content"]) < len(_view(FILES[2])) / 2  # its neighbour is cut
+    assert ("Error: " + view(FILES[1])) in results[1]["content"]  # whole, though long
+    assert len(results[2]["content"]) < len(view(FILES[2])) / 2  # its neighbour is cut
 
 
 def test_cache_control_on_a_tool_result_reaches_the_upstream(
@@ -417,7 +312,7 @@ def _responses_loop(steps: int) -> list[list[dict[str, Any]]]:
                 "name": "shell",
                 "arguments": json.dumps({"command": ["cat", "-n", path]}),
             },
-            {"type": "function_call_output", "call_id": f"fc_{step}", "output": _view(path)},
+            {"type": "function_call_output", "call_id": f"fc_{step}", "output": view(path)},
         ]
         requests.append(items)
     return requests

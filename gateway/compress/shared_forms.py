@@ -1,0 +1,226 @@
+"""Message forms shared by every replica through Redis (``general_settings.form_cache_url``).
+
+A form is a pure function of its message, what it answers and the settings, and is already named by a
+content hash of all of them (``forms.key``: the settings that shape a form and the model are its
+salt). So replicas can share what they computed: a replica that never saw a conversation fetches its
+forms (and evidence blocks, and token counts) instead of recomputing them. This instance's memory
+(:class:`~gateway.compress.forms.FormCache`) stays in front; Redis is asked only for what it lacks,
+in one ``MGET`` per step of a build (a 300-step conversation is one round trip, not 300), and what
+was computed is written back in one pipeline of ``SET … EX``, without waiting for it.
+
+Redis is optional and never decides an answer: down, slow (past ``form_cache_timeout_ms``) or full,
+a build goes on with local work, which computes the very same bytes. Each outage is logged once (the
+cause, never a key, a value or the URL, which may hold a password) and counted in
+``mixpr_form_cache_errors_total``; after a failure Redis is left alone for ``RETRY_AFTER_S`` so a
+stopped server costs one timeout, not one per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import logging
+import time
+from collections.abc import Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
+
+from gateway.compress.forms import FormCache
+from gateway.config import GeneralSettings
+
+log = logging.getLogger("gateway.compress.shared_forms")
+
+Form = tuple[str, int]  # a form's text and its tokens (a token count: "" and the count)
+FORMAT = 1  # of the stored values and names; a change here must not read older entries
+RETRY_AFTER_S = 2.0  # after a failure, builds do not ask Redis for this long
+WRITE_TIMEOUT_S = 2.0  # a write-back waits for no request; it only holds a slot this long at most
+MAX_PENDING_WRITES = 32  # write-backs in flight; past it new ones are dropped (and counted)
+CONNECTIONS = 16  # to Redis, per replica; a request waits for one at most the read timeout
+
+
+def from_settings(settings: GeneralSettings, metrics: Any = None) -> SharedForms | None:
+    """The shared cache ``settings`` ask for (``form_cache_url``), or None."""
+    if not settings.form_cache_url:
+        return None
+    return SharedForms(settings.form_cache_url, timeout_s=settings.form_cache_timeout_ms / 1000,
+                       ttl_s=settings.form_cache_ttl_s, max_entry_bytes=settings.form_cache_max_entry_bytes,
+                       metrics=metrics)
+
+
+def namespace() -> str:
+    """The prefix of every name: the format and the gateway's version, so replicas of another release
+    (whose forms may differ) never read this one's."""
+    try:
+        version = importlib.metadata.version("mixpr-gateway")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was not installed
+        version = "source"
+    return f"mixpr:forms:{FORMAT}:{version}:"
+
+
+class SharedForms:
+    """Forms in Redis by name, with a TTL, a per-entry size cap, a read timeout and a circuit breaker.
+    The async methods run on the event loop; a build's thread reaches them through :class:`FormStore`."""
+
+    def __init__(self, url: str, *, timeout_s: float, ttl_s: int, max_entry_bytes: int,
+                 metrics: Any = None) -> None:
+        self.timeout_s = timeout_s
+        self.ttl_s = ttl_s
+        self.max_entry_bytes = max_entry_bytes
+        self.metrics = metrics
+        self.prefix = namespace()
+        # One retry, at once: a connection left over from before a Redis restart fails on first use,
+        # and a fresh one answers. The timeout bounds the retry too. One pool, bounded.
+        pool = BlockingConnectionPool.from_url(
+            url, max_connections=CONNECTIONS, timeout=timeout_s, socket_timeout=timeout_s,
+            socket_connect_timeout=timeout_s, retry=Retry(NoBackoff(), 1))
+        self._client = Redis(connection_pool=pool)
+        self._writes: set[asyncio.Task[None]] = set()
+        self._resting_until = 0.0
+        self._down = False
+
+    async def fetch(self, names: Sequence[str]) -> dict[str, Form]:
+        """The forms Redis holds of ``names``, in one ``MGET``; {} when it fails or is resting."""
+        if not names or self._resting():
+            return {}
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                values = await self._client.mget([self.prefix + name for name in names])
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failed(_cause(exc))
+            return {}
+        self._answered()
+        return {name: form for name, value in zip(names, values, strict=True)
+                if value is not None and (form := decoded(value)) is not None}
+
+    def store(self, entries: dict[str, Form]) -> None:
+        """Write ``entries`` back in the background (one pipeline); dropped when too many are pending."""
+        payload = {self.prefix + name: value for name, form in entries.items()
+                   if len(value := encoded(form)) <= self.max_entry_bytes}
+        if not payload or self._resting():
+            return
+        if len(self._writes) >= MAX_PENDING_WRITES:
+            self.count_error("dropped")
+            return
+        task = asyncio.get_running_loop().create_task(self._write(payload))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def aclose(self) -> None:
+        """Let pending write-backs finish (briefly), then close the connections."""
+        if self._writes:
+            await asyncio.wait(set(self._writes), timeout=WRITE_TIMEOUT_S)
+        await self._client.aclose()
+        await self._client.connection_pool.disconnect()
+
+    async def _write(self, payload: dict[str, bytes]) -> None:
+        try:
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for name, value in payload.items():
+                        pipe.set(name, value, ex=self.ttl_s)
+                    await pipe.execute()
+        except OutOfMemoryError:  # maxmemory reached under a noeviction policy: reads still work
+            self._failed("full", rest=False)
+        except ResponseError:  # a command refused (a read-only replica, an ACL): reads may still work
+            self._failed("error", rest=False)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._failed(_cause(exc))
+
+    def _resting(self) -> bool:
+        return time.monotonic() < self._resting_until
+
+    def _failed(self, cause: str, *, rest: bool = True) -> None:
+        self.count_error(cause)
+        if rest:
+            self._resting_until = time.monotonic() + RETRY_AFTER_S
+        if not self._down:
+            self._down = True
+            log.warning("shared form cache (Redis) failed (%s): forms come from this replica's memory "
+                        "and workers until it answers again", cause)
+
+    def _answered(self) -> None:
+        if self._down:
+            self._down = False
+            log.warning("shared form cache (Redis) answers again")
+
+    def count_error(self, cause: str) -> None:
+        if self.metrics is not None:
+            self.metrics.form_cache_errors.labels(cause).inc()
+
+
+class FormStore:
+    """Where a build finds forms: this instance's memory first, then (when configured) Redis.
+    Its methods run in a build's thread and reach Redis through ``loop``, never blocking the loop."""
+
+    def __init__(self, local: FormCache, shared: SharedForms | None = None, metrics: Any = None) -> None:
+        self.local = local
+        self.shared = shared
+        self.metrics = metrics
+
+    def found(self, names: Sequence[str], loop: asyncio.AbstractEventLoop | None) -> dict[str, Form]:
+        """The forms known of ``names``: from memory, then one round trip to Redis for the rest
+        (which memory then keeps)."""
+        known = {name: form for name in names if (form := self.local.get(name)) is not None}
+        missing = [name for name in dict.fromkeys(names) if name not in known]
+        fetched = self._fetched(missing, loop) if missing else {}
+        for name, form in fetched.items():
+            self.local.put(name, form)
+        self._count("local", len(known))
+        self._count("redis", len(fetched))
+        return {**known, **fetched}
+
+    def keep(self, entries: dict[str, Form], loop: asyncio.AbstractEventLoop | None) -> None:
+        """Remember what a build computed, here and (without waiting) in Redis."""
+        for name, form in entries.items():
+            self.local.put(name, form)
+        self._count("computed", len(entries))
+        if self.shared is not None and loop is not None and entries:
+            loop.call_soon_threadsafe(self.shared.store, dict(entries))
+
+    async def aclose(self) -> None:
+        if self.shared is not None:
+            shared, self.shared = self.shared, None  # several preparers may share one store
+            await shared.aclose()
+
+    def _fetched(self, names: list[str], loop: asyncio.AbstractEventLoop | None) -> dict[str, Form]:
+        if self.shared is None or loop is None:
+            return {}
+        future = asyncio.run_coroutine_threadsafe(self.shared.fetch(names), loop)
+        try:  # fetch times itself out; this bounds a loop too busy to run it at all
+            return future.result(timeout=2 * self.shared.timeout_s + 0.05)
+        except FutureTimeout:
+            future.cancel()
+            self.shared.count_error("timeout")
+            return {}
+
+    def _count(self, source: str, entries: int) -> None:
+        if self.metrics is not None and entries:
+            self.metrics.form_cache.labels(source).inc(entries)
+
+
+def encoded(form: Form) -> bytes:
+    """A form as stored: its tokens, a newline, its text (lone surrogates of JSON escapes kept)."""
+    return b"%d\n" % form[1] + form[0].encode("utf-8", "surrogatepass")
+
+
+def decoded(value: bytes) -> Form | None:
+    """A stored value as a form; None for anything else (then it is recomputed)."""
+    tokens, sep, text = value.partition(b"\n")
+    if not sep or not tokens.isdigit():
+        return None
+    try:
+        return text.decode("utf-8", "surrogatepass"), int(tokens)
+    except UnicodeDecodeError:
+        return None
+
+
+def _cause(exc: BaseException) -> str:
+    """A short, value-free name for why Redis failed (a metric label and the warning)."""
+    if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:
+        return "timeout"
+    return "unavailable"

@@ -1,0 +1,251 @@
+"""The form cache replicas share through Redis: a real ``redis-server`` on 127.0.0.1 (killed, stopped,
+full), ``SharedForms`` as the gateway's loop uses it, and two gateway processes (``python -m gateway``)
+sharing one Redis in front of the session's recording upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+from agent_loops import TASK, chat_loop
+from conftest import closed_port
+from fake_upstream import REPLY_TEXT, FakeUpstream
+from processes import GatewayProcess
+from redis_server import MISSING, RedisServer, available
+
+from gateway.compress.shared_forms import RETRY_AFTER_S, SharedForms, decoded, encoded
+from gateway.metrics import Metrics
+
+TIMEOUT_S = 0.1
+
+
+def _shared(url: str, metrics: Metrics | None = None, **options: int) -> SharedForms:
+    settings = {"ttl_s": 3600, "max_entry_bytes": 64 * 1024, **options}
+    return SharedForms(url, timeout_s=TIMEOUT_S, metrics=metrics, **settings)
+
+
+def _names(count: int) -> list[str]:
+    run = uuid.uuid4().hex[:8]  # the session's Redis is shared by the tests: names of their own
+    return [f"{run}-{i}" for i in range(count)]
+
+
+def _errors(metrics: Metrics, cause: str) -> float:
+    return metrics.registry.get_sample_value("mixpr_form_cache_errors_total", {"cause": cause}) or 0.0
+
+
+async def test_what_one_replica_stores_another_fetches_in_one_round_trip(redis_server: RedisServer) -> None:
+    names = _names(300)
+    forms = {name: (f"form of {name} \U0001f600", i) for i, name in enumerate(names)}
+    writer = _shared(redis_server.url)
+    writer.store(forms)
+    await writer.aclose()  # waits for the write-back
+    reader = _shared(redis_server.url)
+    with redis_server.client() as admin:
+        before = admin.info("commandstats").get("cmdstat_mget", {}).get("calls", 0)
+        found = await reader.fetch([*names, "never-stored"])
+        after = admin.info("commandstats")["cmdstat_mget"]["calls"]
+    await reader.aclose()
+    assert found == forms
+    assert after - before == 1
+
+
+async def test_entries_expire_and_big_ones_stay_local(redis_server: RedisServer) -> None:
+    small, big = _names(2)
+    shared = _shared(redis_server.url, ttl_s=30, max_entry_bytes=2048)
+    shared.store({small: ("short", 1), big: ("x" * 4096, 1000)})
+    await shared.aclose()
+    with redis_server.client() as admin:
+        assert 0 < admin.ttl(shared.prefix + small) <= 30
+        assert not admin.exists(shared.prefix + big)
+
+
+async def test_a_full_redis_is_counted_never_raised(tmp_path: Path) -> None:
+    if not available():
+        pytest.skip(MISSING)
+    server = RedisServer(tmp_path, maxmemory="2mb", policy="noeviction").start()
+    try:
+        metrics = Metrics()
+        shared = _shared(server.url, metrics, max_entry_bytes=1024 * 1024)
+        kept = _names(1)[0]
+        shared.store({kept: ("kept", 1)})
+        for batch in range(8):  # ~4 MB into 2 MB: Redis answers OOM
+            shared.store({f"{kept}-{batch}-{i}": ("y" * 100_000, 1) for i in range(5)})
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        assert _errors(metrics, "full") >= 1
+        assert await shared.fetch([kept]) == {kept: ("kept", 1)}  # reads go on
+        await shared.aclose()
+    finally:
+        server.stop()
+
+
+async def test_no_redis_costs_one_timeout_and_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = Metrics()
+    shared = _shared(f"redis://127.0.0.1:{closed_port()}/0", metrics)
+    names = _names(3)
+    with caplog.at_level(logging.WARNING, logger="gateway.compress.shared_forms"):
+        started = time.perf_counter()
+        results = [await shared.fetch(names) for _ in range(5)]
+        shared.store({names[0]: ("form", 1)})  # resting: not even tried
+        elapsed = time.perf_counter() - started
+    await shared.aclose()
+    assert results == [{}] * 5
+    assert elapsed < 5 * TIMEOUT_S  # one try; the others wait for RETRY_AFTER_S to pass
+    assert _errors(metrics, "unavailable") == 1
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "unavailable" in warnings[0] and "127.0.0.1" not in warnings[0]
+
+
+async def test_a_stopped_redis_answers_within_the_timeout(tmp_path: Path) -> None:
+    if not available():
+        pytest.skip(MISSING)
+    server = RedisServer(tmp_path).start()
+    try:
+        metrics = Metrics()
+        shared = _shared(server.url, metrics)
+        names = _names(2)
+        shared.store({names[0]: ("form", 7)})
+        await asyncio.sleep(0.2)
+        server.pause()
+        started = time.perf_counter()
+        assert await shared.fetch(names) == {}
+        assert time.perf_counter() - started < TIMEOUT_S + 0.5
+        assert _errors(metrics, "timeout") == 1
+        server.resume()
+        shared._resting_until = 0.0  # as if RETRY_AFTER_S had passed
+        assert await shared.fetch(names) == {names[0]: ("form", 7)}  # the connection pool recovered
+        await shared.aclose()
+    finally:
+        server.stop()
+
+
+def test_stored_values_round_trip_and_foreign_ones_are_misses() -> None:
+    form = ("a lone \ud800 surrogate from a JSON escape, and é", 12)
+    assert decoded(encoded(form)) == form
+    assert decoded(b"not a form") is None
+    assert decoded(b"12\n\xff\xfe") is None
+
+
+# -- two gateway processes on one Redis --------------------------------------------------------------
+
+KEY = "sk-shared-forms"
+FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100}
+WARNING = "shared form cache (Redis) failed"
+
+
+def _config(upstream_url: str, redis_url: str) -> dict[str, Any]:
+    params = {"model": "openai/agent", "api_base": upstream_url, "api_key": "sk-upstream"}
+    return {
+        "model_list": [{"model_name": "agent", "litellm_params": params,
+                        "model_info": {"max_input_tokens": 200_000}, "mixpr": {"prefix": FORMS}}],
+        "mixpr_settings": {"router": "heuristic", "token_margin": 0},
+        "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread",
+                             "form_cache_url": redis_url, "form_cache_timeout_ms": int(TIMEOUT_S * 1000)},
+    }
+
+
+@pytest.fixture(scope="module")
+def replicas(upstream: FakeUpstream,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RedisServer, list[GatewayProcess]]]:
+    """Two gateway processes sharing one Redis of their own (the tests below stop and kill it)."""
+    if not available():
+        pytest.skip(MISSING)
+    tmp = tmp_path_factory.mktemp("shared-forms")
+    redis = RedisServer(tmp / "redis").start()
+    config = tmp / "config.yaml"
+    config.write_text(yaml.safe_dump(_config(upstream.base_url, redis.url)))
+    started = [GatewayProcess(config, tmp / f"gateway-{i}.log") for i in range(2)]
+    try:
+        yield redis, [g.wait() for g in started]
+    finally:
+        for gateway in started:
+            gateway.stop()
+        redis.stop()
+
+
+def _chat(url: str, upstream: FakeUpstream, messages: list[dict[str, Any]]) -> tuple[Any, bytes, list[Any]]:
+    """One request: its headers, and the raw body and messages the upstream received."""
+    upstream.clear()
+    with openai.OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=30) as client:
+        raw = client.chat.completions.with_raw_response.create(model="agent", messages=messages)
+    assert raw.parse().choices[0].message.content == REPLY_TEXT
+    [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
+    return raw.headers, seen.raw_body, seen.json["messages"]
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    text = httpx.get(f"{url}/metrics", timeout=10).text
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and all(w in line for w in wanted))
+
+
+def test_a_replica_that_never_saw_the_conversation_computes_no_form(replicas, upstream) -> None:
+    """Round robin without stickiness: the cold replica fetches every form the warm one computed, and
+    sends the same bytes."""
+    _, (warm, cold) = replicas
+    loop = chat_loop(5, task="Cold replica. " + TASK)
+    for messages in loop:
+        headers_warm, body_warm, _ = _chat(warm.url, upstream, messages)
+    assert int(headers_warm["x-mixpr-new-forms"]) >= 1
+    headers, body, _ = _chat(cold.url, upstream, loop[-1])
+    assert body == body_warm
+    assert headers["x-mixpr-new-forms"] == "0" and headers["x-mixpr-action"] == "compressed"
+    assert _metric(cold.url, "mixpr_form_cache_total", source="redis") >= 5
+
+
+def test_a_stopped_redis_costs_a_timeout_not_an_error(replicas, upstream) -> None:
+    """SIGSTOP: connections stay open and nothing answers. Each request still answers, at about the
+    time of local work, with the bytes a replica computing everything itself sends."""
+    redis, (a, b) = replicas
+    loop = chat_loop(3, task="Stopped Redis. " + TASK)
+    redis.pause()
+    try:
+        started = time.monotonic()
+        stopped = [_chat(b.url, upstream, messages)[1] for messages in loop]
+        waited = time.monotonic() - started
+    finally:
+        redis.resume()
+    started = time.monotonic()
+    local = [_chat(a.url, upstream, messages)[1] for messages in loop]  # nothing in Redis: all computed
+    computed = time.monotonic() - started
+    assert stopped == local
+    assert waited < 2 * computed + 2.0, (waited, computed)  # never a hang, one timeout at most
+    assert _metric(b.url, "mixpr_form_cache_errors_total", cause="timeout") >= 1
+
+
+def test_redis_killed_mid_conversation_changes_nothing_the_client_sees(replicas, upstream) -> None:
+    """SIGKILL between two steps: every later request is answered, still appends to what the previous
+    one sent (the per-message forms, not a whole-request fallback), one warning per replica that
+    names no prompt text; Redis back on its port, the replicas share again."""
+    redis, gateways = replicas
+    loop = chat_loop(6, task="Killed Redis. " + TASK)
+    sent: list[list[Any]] = []
+    for step, messages in enumerate(loop):
+        if step == 3:
+            redis.kill()
+        headers, _, seen = _chat(gateways[step % 2].url, upstream, messages)
+        assert headers["x-mixpr-action"] == "compressed"
+        if sent:
+            assert seen[: len(sent[-1])] == sent[-1]
+        sent.append(seen)
+    assert _chat(gateways[0].url, upstream, loop[-1])[2] == sent[-1]  # the other replica: same bytes
+    for gateway in gateways:
+        assert _metric(gateway.url, "mixpr_form_cache_errors_total") >= 1  # unavailable (or a timeout)
+        logged = gateway.logged()
+        assert logged.count(WARNING) == 1 and "Killed Redis" not in logged and "Traceback" not in logged
+    redis.start()  # the same port
+    time.sleep(RETRY_AFTER_S + 0.5)
+    again = chat_loop(2, task="Redis is back. " + TASK)
+    for messages in again:
+        _chat(gateways[0].url, upstream, messages)
+    assert _chat(gateways[1].url, upstream, again[-1])[0]["x-mixpr-new-forms"] == "0"

@@ -1,0 +1,76 @@
+"""``python -m gateway`` as a real process on a free 127.0.0.1 port, this checkout first on the path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import httpx
+from conftest import closed_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class GatewayProcess:
+    """One gateway process; its log (stderr) goes to ``log`` when given, else nowhere; ``port``: a
+    given one (a restart where the load balancer expects it), else a free one."""
+
+    def __init__(self, config: Path, log: Path | None = None, port: int | None = None) -> None:
+        self.port = port or closed_port()
+        self.log = log
+        env = {
+            **os.environ,
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+        self._log: IO[bytes] | None = log.open("ab") if log is not None else None
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(self.port),
+             "--log-level", "warning"],
+            env=env, stdout=subprocess.DEVNULL, stderr=self._log or subprocess.DEVNULL)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait(self) -> GatewayProcess:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                if httpx.get(self.url + "/health/readiness").status_code == 200:
+                    return self
+            except httpx.ConnectError:
+                pass
+            assert self.process.poll() is None and time.monotonic() < deadline, "gateway did not start"
+            time.sleep(0.1)
+
+    def logged(self) -> str:
+        return self.log.read_text(errors="replace") if self.log is not None else ""
+
+    def kill(self) -> None:
+        """SIGKILL: requests in flight get a closed connection, as when a node dies."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self._close_log()
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            self._close_log()
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(10)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
