@@ -10,10 +10,13 @@ the gateway (``python -m gateway``), and this client. Measured:
    upstream (``litellm --config``, skipped with ``--no-proxy``), and (d) with ``litellm.acompletion``
    to the upstream (LiteLLM as a library). Rounds interleaved; p50/p95/p99 and requests/s for each,
    and what each adds over (a).
-2. A ~1M-token chat request (book-like filler, a needle, a question): end-to-end time through the gateway
-   vs the same request sent directly (the upstream accepts any size), the gateway's own compression time,
-   and whether the needle reached the upstream.
-3. Short-request p50/p99 through the gateway while 1M-token requests are being compressed back to back.
+2. A ~1M-token chat request (book text, a needle, a question): end-to-end time through the gateway
+   vs the same request sent directly (the upstream accepts any size), and the gateway's own compression
+   time. The book text is the shared haystack's novels repeated to
+   length (``bench.long_text``; CPython's language reference without ``../shared``); an extra row sends
+   the old prompt of random sentences from a dozen (``tests/gateway/corpus.py``), whose vocabulary of a
+   few hundred words makes compression far cheaper than real text. Each row gives its text's vocabulary.
+3. Short-request p50/p99 through the gateway while 1M-token book-text requests are compressed back to back.
 4. Recall through the gateway vs the library: ``bench.tasks`` samples (32k tokens) sent as one user message
    with the oracle route; the text that reaches the upstream must equal what ``mixpr.compress`` keeps
    (rebuilt the gateway's way), so the recall is the same. Needs ``../shared/data`` (see bench/README.md).
@@ -48,7 +51,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import aiohttp  # noqa: E402
 import litellm  # noqa: E402
 
-from tests.gateway.corpus import NEEDLE, QUESTION, SENTENCES  # noqa: E402  (the tests' book-like filler)
+from bench import long_text  # noqa: E402
+from tests.gateway.corpus import NEEDLE, QUESTION  # noqa: E402
 
 litellm.suppress_debug_info = True
 
@@ -115,6 +119,17 @@ def start_gateway(config: Path, port: int, workers: int, **popen: Any) -> subpro
             time.sleep(0.2)
     proc.kill()
     raise RuntimeError("gateway did not start")
+
+
+def stop(proc: subprocess.Popen, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``: on a loaded machine a graceful stop can take longer,
+    and a bench that raised here left its upstream process running."""
+    proc.terminate()
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 # -- load -----------------------------------------------------------------------------------------
@@ -246,18 +261,23 @@ def start_proxy(folder: Path, upstream: str, port: int) -> subprocess.Popen:
 # -- the 1M-token request --------------------------------------------------------------------------
 
 
-def big_prompt(tokens: int, seed: int = 0) -> list[dict]:
-    rng = random.Random(seed)
-    n_paragraphs = tokens // 115  # ~19 tokens a sentence, 6 sentences a paragraph
-    paragraphs = [" ".join(rng.choice(SENTENCES) for _ in range(6)) for _ in range(n_paragraphs)]
-    paragraphs.insert(int(n_paragraphs * 0.37), NEEDLE)
-    return [{"role": "system", "content": "Answer from the document."},
-            {"role": "user", "content": "\n\n".join(paragraphs) + "\n\n" + QUESTION}]
+PROMPTS = ("books", "sentences")  # the first is the figure; the second the labelled extra row
+
+
+def big_prompt(tokens: int, seed: int = 0, kind: str = "books") -> list[dict]:
+    """About ``tokens`` tokens of ``kind`` text (``PROMPTS``), the needle at a paragraph break ~37% in
+    (another depth for another ``seed``), and the question after a blank line."""
+    text = long_text.book_text(tokens) if kind == "books" else long_text.sentence_text(tokens, seed)
+    depth = 0.37 if seed == 0 else random.Random(seed).uniform(0.1, 0.9)
+    cut = text.find("\n\n", int(len(text) * depth))
+    cut = len(text) if cut < 0 else cut
+    content = text[:cut] + "\n\n" + NEEDLE + text[cut:] + "\n\n" + QUESTION
+    return [{"role": "system", "content": "Answer from the document."}, {"role": "user", "content": content}]
 
 
 async def big_request(upstream: str, gateway: str, session: aiohttp.ClientSession, tokens: int,
-                      repeats: int) -> dict[str, Any]:
-    messages = big_prompt(tokens)
+                      repeats: int, kind: str = "books") -> dict[str, Any]:
+    messages = big_prompt(tokens, kind=kind)
     via = gateway_call(session, gateway, "big", messages)
     direct = direct_call(upstream, messages)
     first = await via()  # includes the router call, whose answer is then cached
@@ -272,6 +292,7 @@ async def big_request(upstream: str, gateway: str, session: aiohttp.ClientSessio
         compress_ms.append(float(result["headers"]["x-mixpr-compress-ms"]))
     headers = first["headers"]
     return {
+        "prompt": kind, "vocabulary": long_text.vocabulary(messages[-1]["content"]),
         "original_tokens": int(headers["x-mixpr-original-tokens"]),
         "compressed_tokens": int(headers["x-mixpr-compressed-tokens"]),
         "action": headers["x-mixpr-action"], "route": headers["x-mixpr-route"],
@@ -297,7 +318,8 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
                                concurrency: int) -> dict[str, Any]:
     """Short requests' latency while ``big_count`` big requests are compressed one after another."""
     short = gateway_call(session, gateway, "echo", SHORT)
-    big = gateway_call(session, gateway, "big", big_prompt(tokens, seed=1))
+    messages = big_prompt(tokens, seed=1)
+    big = gateway_call(session, gateway, "big", messages)
     await big()  # the router answer for this prompt is now cached, as in steady state
     latencies: list[float] = []
     done = asyncio.Event()
@@ -312,7 +334,8 @@ async def short_under_big_load(gateway: str, session: aiohttp.ClientSession, tok
     workers = [asyncio.create_task(time_until(done, short, latencies)) for _ in range(concurrency)]
     busy_s = await bigs()
     await asyncio.gather(*workers)
-    return summarize(latencies) | {"busy_s": busy_s, "big_requests": big_count}
+    return summarize(latencies) | {"busy_s": busy_s, "big_requests": big_count,
+                                   "vocabulary": long_text.vocabulary(messages[-1]["content"])}
 
 
 async def paced(done: asyncio.Event, call: Callable[[], Awaitable[Any]], latencies: list[float],
@@ -398,8 +421,7 @@ async def recall_through_gateway(session: aiohttp.ClientSession, folder: Path, t
                     "library": metrics.score(sample, library.text, library.spans),
                 })
     finally:
-        gateway_proc.terminate()
-        gateway_proc.wait(10)
+        stop(gateway_proc, 10)
         upstream.stop()
     return rows
 
@@ -464,8 +486,11 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                     print_passthrough(concurrency, results[f"passthrough_c{concurrency}"])
                 if args.passthrough_only:
                     return results
-                results["big"] = await big_request(upstream, gateway, session, args.big_tokens, args.repeats)
-                print_big(results["big"])
+                for kind in PROMPTS:  # "big": book text, the figure; "big_sentences": the extra row
+                    key = "big" if kind == "books" else f"big_{kind}"
+                    results[key] = await big_request(upstream, gateway, session, args.big_tokens,
+                                                     args.repeats, kind)
+                    print_big(results[key])
                 results["short_during_big"] = await short_under_big_load(gateway, session, args.big_tokens,
                                                                          args.repeats, args.short_clients)
                 results["short_idle"] = await run_load(gateway_call(session, gateway, "echo", SHORT),
@@ -473,10 +498,8 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                 print_short(results["short_during_big"], results["short_idle"], args.short_clients)
         finally:
             if proxy_proc is not None:
-                proxy_proc.terminate()
-                proxy_proc.wait(20)
-            gateway_proc.terminate()
-            gateway_proc.wait(10)
+                stop(proxy_proc, 20)
+            stop(gateway_proc, 10)
             upstream_proc.kill()
             upstream_proc.wait(10)
     return results
@@ -512,8 +535,10 @@ def print_passthrough(concurrency: int, r: dict[str, Any]) -> None:
 
 
 def print_big(r: dict[str, Any]) -> None:
-    print(f"\nbig request: {r['original_tokens']:,} tokens ({r['body_mb']:.1f} MB) -> "
-          f"{r['compressed_tokens']:,} tokens, {r['action']}, route {r['route']}")
+    label = "book text" if r["prompt"] == "books" else "random sentences (extra row, easy text)"
+    print(f"\nbig request, {label}: {r['original_tokens']:,} tokens ({r['body_mb']:.1f} MB), vocabulary "
+          f"{r['vocabulary']:,} words -> {r['compressed_tokens']:,} tokens, {r['action']}, "
+          f"route {r['route']}")
     print(f"  direct (whole prompt to upstream) {r['direct_ms']:.0f} ms; through gateway "
           f"{r['gateway_ms']:.0f} ms; added {r['added_ms']:.0f} ms (worst {r['added_ms_max']:.0f} ms); "
           f"compression {r['compress_ms']:.0f} ms")
@@ -522,7 +547,8 @@ def print_big(r: dict[str, Any]) -> None:
 def print_short(busy: dict[str, Any], idle: dict[str, Any], clients: int) -> None:
     print(f"\nshort requests through the gateway, {clients} clients")
     print(f"  idle:                    p50 {idle['p50']:.1f} ms  p99 {idle['p99']:.1f} ms  (n={idle['n']})")
-    print(f"  during {busy['big_requests']} big requests ({busy['busy_s']:.1f} s): p50 {busy['p50']:.1f} ms  "
+    print(f"  during {busy['big_requests']} big book-text requests ({busy['busy_s']:.1f} s, vocabulary "
+          f"{busy['vocabulary']:,}): p50 {busy['p50']:.1f} ms  "
           f"p99 {busy['p99']:.1f} ms  (n={busy['n']})")
 
 

@@ -124,8 +124,10 @@ async def traffic(url: str, minutes: float, rate: float, kill_every: float, gate
     rng = random.Random(seed)
     print(f"building long prompts {LONG_TOKENS} ...", flush=True)
     short = {s: json.dumps({"model": "echo", "messages": SHORT, "stream": s}).encode() for s in (False, True)}
-    long = {(n, s): json.dumps({"model": "big", "messages": big_prompt(n, seed=i), "stream": s}).encode()
-            for i, n in enumerate(LONG_TOKENS) for s in (False, True)}
+    # The random-sentence prompt, as before issue #31 (the soak measures survival, not compression cost).
+    prompts = {n: big_prompt(n, seed=i, kind="sentences") for i, n in enumerate(LONG_TOKENS)}
+    long = {(n, s): json.dumps({"model": "big", "messages": prompts[n], "stream": s}).encode()
+            for n in LONG_TOKENS for s in (False, True)}
     tally, killed = Tally(), []
     tasks: set[asyncio.Task[None]] = set()
     began = time.monotonic()

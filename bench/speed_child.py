@@ -14,30 +14,22 @@ from statistics import median
 
 import psutil
 
-from bench.data import book_vocabulary, books
+from bench import long_text
+from bench.data import book_vocabulary
 from bench.tokens import count_tokens
 
 QUESTION = "\n\nQuestion: Who knocked at the door late that evening, and what did they want?"
 STAGES = ("chunk", "count", "embed", "route", "rank", "select", "total")
 
 
-def count_in_pieces(text: str, piece: int = 1_000_000) -> int:
-    """Token count without holding a 10M-id list: pieces keep the probe's memory out of the RSS figure."""
-    return sum(count_tokens(text[i : i + piece]) for i in range(0, len(text), piece))
-
-
-def _scaled(unit: str, sep: str, tokens: int) -> str:
-    """Repeat-and-join `unit` and cut it to ~tokens; one measured correction lands within ~1%."""
-    want = tokens * len(unit) // count_in_pieces(unit)
-    for _ in range(2):
-        text = (sep.join([unit] * (want // len(unit) + 1)))[:want]
-        want = want * tokens // count_in_pieces(text)
-    return text
-
-
 def book_text(tokens: int) -> str:
-    """Book text cycled as needed (10M tokens is ~5 passes over the 13 novels)."""
-    return _scaled("\n\n".join(books()), "\n\n", tokens) + QUESTION
+    """Book text cycled as needed (``bench.long_text``), and a question."""
+    return long_text.book_text(tokens) + QUESTION
+
+
+def sentence_text(tokens: int) -> str:
+    """The old random-sentence prompt (a vocabulary of a few hundred words), for its labelled row."""
+    return long_text.sentence_text(tokens) + QUESTION
 
 
 def flood_text(kind: str, tokens: int) -> str:
@@ -64,7 +56,8 @@ def main() -> None:
     compress(
         book_text(4096), budget_tokens=4000
     )  # warm-up: imports and one-time setup stay out of the numbers
-    text = book_text(tokens) if kind == "books" else flood_text(kind, tokens)
+    texts = {"books": book_text, "sentences": sentence_text}
+    text = texts[kind](tokens) if kind in texts else flood_text(kind, tokens)
     rss_base = psutil.Process().memory_info().rss
     stats, walls = [], []
     for _ in range(runs):
@@ -85,7 +78,9 @@ def main() -> None:
     stages = {k: median(t.get(k, 0.0) for t in timings) for k in STAGES}
     total, count = stages.pop("total"), median(counts)
     print(json.dumps({
-        "kind": kind, "target_tokens": tokens, "tokens": n_tokens, "chars": len(text), "runs": runs,
+        "kind": kind, "source": long_text.source()[0] if kind == "books" else kind,
+        "vocabulary": long_text.vocabulary(text),
+        "target_tokens": tokens, "tokens": n_tokens, "chars": len(text), "runs": runs,
         "chunks": stats[0].get("original_chunks"), "kept_tokens": stats[0].get("kept_tokens"),
         "route": stats[0].get("route"), "stages_ms": stages, "total_ms": total, "wall_ms": median(walls),
         "count_ms": count, "ratio": total / count,

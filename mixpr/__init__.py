@@ -105,8 +105,8 @@ def compress(
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
         return Compressed("", [], {**stats, "timings_ms": clock.timings()})
-    counts, words, titled = clock.run("embed", _counts, chunks) if method != "middle-out" else (None,) * 3
     p = questions.query_weights(chunks, query_span)
+    counts, words, titled = clock.run("embed", _counts, chunks, p) if method != "middle-out" else (None,) * 3
     tokens_per_char = original_tokens / max(1, len(text))
     kept_chunks = top_k or int(budget_tokens / max(1e-9, tokens_per_char * len(text) / len(chunks)))
     scores = _score(chunks, (counts, words, titled), p, method, route, ask_llm, clock, stats, kept_chunks)
@@ -157,11 +157,13 @@ def _validate_kind(kind, budget_tokens, others) -> None:
         )
 
 
-def _counts(chunks: Chunks):
-    """Word counts of the chunks, each also counting its block's heading (``mixpr.headings``); their
-    words; and the headings with their own counts (same columns), which ``bridge`` reads."""
+def _counts(chunks: Chunks, p: np.ndarray | None = None):
+    """Word counts of the chunks, each also counting its block's heading (``mixpr.headings``), the
+    question's without its label (``query.unlabelled``); their words; and the headings with their own
+    counts (same columns), which ``bridge`` reads."""
     found = headings.titles(chunks)
-    counts, words = counts_and_words(chunks.texts() + found.texts)
+    texts = chunks.texts() if p is None else questions.unlabelled(chunks.texts(), p)
+    counts, words = counts_and_words(texts + found.texts)
     n = len(chunks)
     return headings.with_headings(counts[:n], counts[n:], found.owner), words, (found, counts[n:])
 

@@ -11,6 +11,12 @@ the query is the whole question when we know where it is:
   pastes a document, a blank line, then asks),
 
 at most ``MAX_QUERY_CHUNKS`` chunks either way; otherwise the paper's rule.
+
+A label that opens the question ("Question: Where is the apple?", "Q: ...", "Query: ...") is the
+prompt's format, not what is asked: ``unlabelled`` leaves its word out of the question's counts.
+Counted, it tied the question to every sentence of a long text that says "question": at 1M tokens of
+books, ~40 of them outranked the second fact of a two-hop bAbI question in the walk, so a 4,000-token
+budget lost it (bench/README.md).
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 # A trailing paragraph of at most MAX_QUERY_CHUNKS chunks fits in this many characters
 # (chunks are cut at 400), so the search for it never scans a 1M-token text.
 _TAIL_CHARS = 4 * 1024
+# One capitalised word and a colon at the question's start (a speaker label of several words, as
+# in "Lynne Neagle AM: ", names someone and stays).
+_LABEL = re.compile(r"[ \t]*[A-Z][\w'-]*:[ \t]+(?=\S)")
 
 
 def query_chunks(chunks: Chunks, query_span: tuple[int, int] | None = None) -> np.ndarray:
@@ -90,6 +99,18 @@ def query_weights(chunks: Chunks, query_span: tuple[int, int] | None = None) -> 
     picked = query_chunks(chunks, query_span)
     p[picked] = 1.0 / max(1, len(picked))
     return p
+
+
+def unlabelled(texts: list[str], p: np.ndarray) -> list[str]:
+    """``texts`` (the chunks' texts) with the label opening the question blanked out, if any."""
+    asked = np.flatnonzero(p)
+    if len(asked) == 0:
+        return texts
+    first = int(asked[0])
+    label = _LABEL.match(texts[first])
+    if label is None:
+        return texts
+    return [*texts[:first], " " * label.end() + texts[first][label.end() :], *texts[first + 1 :]]
 
 
 def query_text(chunks: Chunks, p: np.ndarray) -> str:

@@ -19,7 +19,7 @@ TEXTS = sentences(300, seed=3) + [
 
 def test_matches_scikit_learn_tfidf_vectorizer():
     ours = embed(TEXTS)
-    # scikit-learn's default pattern, plus lone digits (``embedding._TOKENS``).
+    # scikit-learn's default pattern, plus lone digits (``mixpr.words``).
     reference = TfidfVectorizer(dtype=np.float32, token_pattern=r"(?u)\b\w\w+\b|\d").fit_transform(TEXTS)
     assert ours.shape == reference.shape
     # Column order differs (first appearance vs alphabetical); similarities do not.

@@ -1,7 +1,13 @@
-import numpy as np
+import random
 
+import numpy as np
+import pytest
+
+from mixpr import compress
 from mixpr.chunking import chunk_text
-from mixpr.query import MAX_QUERY_CHUNKS, query_chunks, query_weights
+from mixpr.query import MAX_QUERY_CHUNKS, query_chunks, query_weights, unlabelled
+
+from .filler import sentences
 
 DOC = "The lease starts in May. Rent is due monthly. The tenant pays for water."
 
@@ -45,3 +51,28 @@ def test_weights_are_uniform_over_the_query_chunks():
     assert p.tolist() == [0, 0, 0, 0.5, 0.5]
     assert query_weights(chunk_text("")).tolist() == []
     assert np.isclose(query_weights(chunk_text(DOC)).sum(), 1)
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_question_label_does_not_tie_the_question_to_every_sentence_that_says_question(seed):
+    # 400 of 6,000 filler sentences say "question"; counted, the label "Question:" made them all
+    # neighbours of the question, and they pushed the second hop (where Daniel took the apple) out.
+    rng = random.Random(seed)
+    filler = sentences(6000, seed=seed)
+    for i in rng.sample(range(len(filler)), 400):
+        filler[i] = filler[i][:-1] + " and one question remained."
+    hops = {1000: "Daniel picked up the apple there.", 4000: "Daniel travelled to the bathroom."}
+    for i, fact in hops.items():
+        filler.insert(i, fact)
+    text = " ".join(filler) + "\n\nQuestion: Where is the apple?"
+    kept = compress(text, budget_tokens=1000, route="local").text
+    assert all(fact in kept for fact in hops.values())
+
+
+def test_only_a_one_word_label_at_the_questions_start_is_blanked():
+    texts = ["Some text.", "Question: Where is it?", "Lynne Neagle AM: thank you."]
+    p = np.array([0.0, 1.0, 0.0])
+    assert unlabelled(texts, p) == ["Some text.", "          Where is it?", "Lynne Neagle AM: thank you."]
+    first_only = unlabelled(["Details: none", "Where: here"], np.array([1.0, 0.0]))
+    assert first_only == ["         none", "Where: here"]
+    assert unlabelled(["Lynne Neagle AM: thanks"], np.array([1.0])) == ["Lynne Neagle AM: thanks"]
