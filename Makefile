@@ -34,11 +34,18 @@ run: $(VENV)/.installed-local
 
 # The docs site (docs/, mkdocs.yml) must build with no warning: a broken link or page fails the tests.
 # Not --quiet: mkdocs 1.6 then drops the warnings before --strict counts them, and passes anyway.
+# pytest runs the tests in TEST_WORKERS processes (pytest-xdist; `make test TEST_WORKERS=0` runs them in
+# one). Most tests wait on sockets and child processes, so three workers keep two cores busy.
+# --dist loadfile: a file's tests run on one worker, so a process or server its module-scoped fixtures
+# start (a gateway, the LiteLLM proxy, the embedded model, an npm install) starts once, not once per
+# worker. (--dist loadgroup would group by xdist_group marks, but pytest-xdist 3.8 silently ignores
+# them on pytest 9.2: pytest-xdist issue 1386.) --durations=15 prints the slowest tests.
+TEST_WORKERS ?= 3
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 hadolint: $(VENV)/.installed-test
 	$(BIN)/hadolint Dockerfile

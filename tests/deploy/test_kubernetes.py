@@ -128,7 +128,7 @@ def test_the_probes_answer_on_a_gateway_run_as_the_pod_runs_it(rendered, tmp_pat
             assert models and all(m["id"] != "local" for m in models)  # the embedded model is for laptops
     finally:
         process.terminate()
-        _, stderr = process.communicate(timeout=30)
+        _, stderr = process.communicate(timeout=60)
     assert b"Traceback" not in stderr, stderr.decode()[-2000:]
 
 
@@ -147,7 +147,7 @@ def free_port() -> int:
 
 
 def _eventually_ok(http: httpx.Client, path: str, process: subprocess.Popen[bytes]) -> bool:
-    deadline = time.monotonic() + 120  # imports LiteLLM, then starts the compression workers
+    deadline = time.monotonic() + 240  # imports LiteLLM, then starts the compression workers
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(httpx.HTTPError):
             status = http.get(path).status_code

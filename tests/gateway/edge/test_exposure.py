@@ -33,7 +33,7 @@ def _start(tmp_path: Path, host: str, key: str | None) -> tuple[subprocess.Compl
         env["MIXPR_MASTER_KEY"] = key
     port = closed_port()
     done = subprocess.run([sys.executable, "-m", "gateway", "--config", str(config), "--host", host,
-                           "--port", str(port)], capture_output=True, text=True, timeout=60, env=env)
+                           "--port", str(port)], capture_output=True, text=True, timeout=240, env=env)
     return done, port
 
 

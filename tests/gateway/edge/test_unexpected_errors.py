@@ -105,7 +105,7 @@ def start(folder: Path, upstream: FakeUpstream, log_level: str) -> Gateway:
             [sys.executable, "-c", FAULTY_GATEWAY, "--config", str(config), "--port", str(port),
              "--log-level", log_level], stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO, env=env)
     gateway = Gateway(f"http://127.0.0.1:{port}", process, log)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240  # imports LiteLLM: minutes on a busy 2-core machine
     while True:
         try:
             if httpx.get(gateway.url + "/health/readiness").status_code == 200:
