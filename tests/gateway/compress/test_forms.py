@@ -4,9 +4,13 @@ event loop staying free while a long conversation is prepared."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
+import tracemalloc
 from typing import Any
+
+import pytest
 
 from gateway.compress import checks, forms
 from gateway.compress import messages as shape
@@ -113,6 +117,19 @@ def test_the_cache_is_bounded_and_one_entry_cannot_flush_it() -> None:
         cache.put(f"k{i}", ("x" * 300, 10))
     cache.put("huge", ("x" * 10_000, 1))  # over 1/64 of the bound: not kept
     assert cache.get("huge") is None and cache.get("k0") is not None and cache.used <= cache.max_bytes
+
+
+@pytest.mark.parametrize("chars", [0, 200, 4_000])
+def test_the_cache_counts_the_bytes_it_holds(chars: int) -> None:
+    """Token counts (no text) were counted 2.7x low, long forms 2x high."""
+    cache = forms.FormCache(10**10)
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(5_000):
+        cache.put(hashlib.blake2b(str(i).encode(), digest_size=20).hexdigest(), ("x" * chars + str(i), i))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert 0.8 < cache.used / held < 1.25
 
 
 def test_preparing_a_long_conversation_leaves_the_loop_free() -> None:
