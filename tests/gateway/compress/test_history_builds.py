@@ -16,6 +16,7 @@ from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings, Prefix
+from gateway.errors import ContextLengthExceeded
 from gateway.run.workers import Workers
 
 DEEP = "[" * 100_000  # parsing it recurses past Python's limit
@@ -42,7 +43,7 @@ def _loop(outputs: list[str], arguments: dict[int, str] | None = None) -> list[d
 
 
 def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s: float = 60,
-           prefix: Prefix | None = None, tools: Any = None) -> list[Outcome]:
+           prefix: Prefix | None = None, tools: Any = None, budget: int | str = "auto") -> list[Outcome]:
     """Each conversation prepared in turn by one History (a cold instance, then warm)."""
 
     async def main() -> list[Outcome]:
@@ -50,7 +51,8 @@ def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s
         compressor = Compressor(workers, route_cache_size=16)
         await compressor.start(with_router=False)
         history = History(compressor, cache_bytes=64 * 1024 * 1024)
-        settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(min_tokens=400, keep_tokens=150))
+        settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(min_tokens=400, keep_tokens=150),
+                                 budget_tokens=budget)
         target = Target("gpt-4o-mini", window, 1024)
         try:
             return [await history.prepare(Request(messages, tools, target, settings, Control(), None))
@@ -179,3 +181,22 @@ def test_breakpoints_on_tools_count_toward_the_four() -> None:
     [outcome] = _build(messages, prefix=Prefix(min_tokens=400, keep_tokens=150, breakpoint=True), tools=tools)
     assert outcome.route == "forms"
     assert checks.breakpoints(outcome.messages) + len(tools) == checks.MAX_BREAKPOINTS
+
+
+def test_whole_request_compression_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a build fails, the whole request is compressed as one; that must not rewrite an assistant
+    turn with thinking blocks (its provider checks it as it was sent): too long to go out as it is,
+    the client is told why instead."""
+    thinking = [{"type": "thinking", "thinking": "Look at the handlers.", "signature": "sig"}]
+    messages = [
+        {"role": "user", "content": _listing(0, lines=400) + "\n\nWhich handler parses 17?"},
+        {"role": "assistant", "content": _listing(1, lines=400), "thinking_blocks": thinking},
+        {"role": "user", "content": "And which one parses 18?"},
+    ]
+
+    def broken(*args: Any) -> Outcome:
+        raise RuntimeError("a build that failed")
+
+    monkeypatch.setattr(History, "_build", broken)
+    with pytest.raises(ContextLengthExceeded, match="thinking blocks"):
+        _build(messages, window=4_000)
