@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -248,6 +249,7 @@ class FormCache:
     ``1/ENTRY_SHARE`` of the bound is not kept, so one huge message never empties the cache."""
 
     ENTRY_SHARE = 64
+    ENTRY_BYTES = 150  # per entry besides its two strings: the tuple, the count, the dict's slot and link
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -263,7 +265,7 @@ class FormCache:
             return found
 
     def put(self, name: str, form: tuple[str, int]) -> None:
-        size = 2 * len(form[0]) + 100
+        size = self._bytes(name, form)
         if size > self.max_bytes // self.ENTRY_SHARE:
             return
         with self._lock:
@@ -272,5 +274,9 @@ class FormCache:
             self._forms[name] = form
             self.used += size
             while self.used > self.max_bytes:
-                _, old = self._forms.popitem(last=False)
-                self.used -= 2 * len(old[0]) + 100
+                old_name, old = self._forms.popitem(last=False)
+                self.used -= self._bytes(old_name, old)
+
+    def _bytes(self, name: str, form: tuple[str, int]) -> int:
+        """What an entry holds in memory, as measured (a character is 1 to 4 bytes)."""
+        return sys.getsizeof(name) + sys.getsizeof(form[0]) + self.ENTRY_BYTES

@@ -16,6 +16,7 @@ from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings, Prefix
+from gateway.errors import ContextLengthExceeded
 from gateway.run.workers import Workers
 
 DEEP = "[" * 100_000  # parsing it recurses past Python's limit
@@ -42,7 +43,7 @@ def _loop(outputs: list[str], arguments: dict[int, str] | None = None) -> list[d
 
 
 def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s: float = 60,
-           prefix: Prefix | None = None, tools: Any = None) -> list[Outcome]:
+           prefix: Prefix | None = None, tools: Any = None, budget: int | str = "auto") -> list[Outcome]:
     """Each conversation prepared in turn by one History (a cold instance, then warm)."""
 
     async def main() -> list[Outcome]:
@@ -50,7 +51,8 @@ def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s
         compressor = Compressor(workers, route_cache_size=16)
         await compressor.start(with_router=False)
         history = History(compressor, cache_bytes=64 * 1024 * 1024)
-        settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(min_tokens=400, keep_tokens=150))
+        settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(min_tokens=400, keep_tokens=150),
+                                 budget_tokens=budget)
         target = Target("gpt-4o-mini", window, 1024)
         try:
             return [await history.prepare(Request(messages, tools, target, settings, Control(), None))
@@ -118,7 +120,7 @@ def test_a_cold_instance_builds_a_long_session_as_a_warm_one_does() -> None:
     assert cold.messages == warm.messages
 
 
-def _loop_work(messages: list[dict[str, Any]]) -> float:
+def _loop_work(messages: list[dict[str, Any]], window: int) -> float:
     """The most CPU time the event loop's thread spends between two heartbeats while ``messages`` is
     prepared (thread time: on a shared machine waiting for a core is no work of ours)."""
 
@@ -128,7 +130,7 @@ def _loop_work(messages: list[dict[str, Any]]) -> float:
         await compressor.start(with_router=False)
         history = History(compressor, cache_bytes=64 * 1024 * 1024)
         settings = MixprSettings(router="heuristic", prefix=Prefix(min_tokens=400, keep_tokens=150))
-        request = Request(messages, None, Target("gpt-4o-mini", 128_000, 1024), settings, Control(), None)
+        request = Request(messages, None, Target("gpt-4o-mini", window, 1024), settings, Control(), None)
         gaps: list[float] = []
         done = asyncio.Event()
 
@@ -156,13 +158,16 @@ def _claude_code_body(blocks: int) -> list[dict[str, Any]]:
     return _loop([f"ok {step}: src/module_{step}.py updated" for step in range(blocks // 2)])
 
 
-@pytest.mark.parametrize("messages", [
-    [{"role": "user", "content": (_listing(0, lines=2_000) + "\n") * 60 + "\n\nWhich handler parses 17?"}],
-    _claude_code_body(5_000),
-], ids=["8-MB-message", "5000-blocks"])
-def test_a_huge_request_leaves_the_loop_free(messages: list[dict[str, Any]]) -> None:
-    """Remembering what was sent hashes every message: for one of 8 MB that took the loop ~34 ms."""
-    worst = _loop_work(messages)
+@pytest.mark.parametrize(("messages", "window"), [
+    ([{"role": "user", "content": (_listing(0, lines=2_000) + "\n") * 60 + "\n\nWhich handler parses 17?"}],
+     128_000),
+    (_claude_code_body(5_000), 128_000),
+    (_loop([_listing(step, lines=120) for step in range(200)]), 32_000),
+], ids=["8-MB-message", "5000-blocks", "200-steps-cold-with-resets"])
+def test_a_huge_request_leaves_the_loop_free(messages: list[dict[str, Any]], window: int) -> None:
+    """Remembering what was sent hashes every message: for one of 8 MB that took the loop ~34 ms.
+    Between two heartbeats the loop's thread never works more than 20 ms."""
+    worst = _loop_work(messages, window)
     assert worst < 0.020, f"the loop worked {worst * 1000:.1f} ms at a stretch"
 
 
@@ -179,3 +184,22 @@ def test_breakpoints_on_tools_count_toward_the_four() -> None:
     [outcome] = _build(messages, prefix=Prefix(min_tokens=400, keep_tokens=150, breakpoint=True), tools=tools)
     assert outcome.route == "forms"
     assert checks.breakpoints(outcome.messages) + len(tools) == checks.MAX_BREAKPOINTS
+
+
+def test_whole_request_compression_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a build fails, the whole request is compressed as one; that must not rewrite an assistant
+    turn with thinking blocks (its provider checks it as it was sent): too long to go out as it is,
+    the client is told why instead."""
+    thinking = [{"type": "thinking", "thinking": "Look at the handlers.", "signature": "sig"}]
+    messages = [
+        {"role": "user", "content": _listing(0, lines=400) + "\n\nWhich handler parses 17?"},
+        {"role": "assistant", "content": _listing(1, lines=400), "thinking_blocks": thinking},
+        {"role": "user", "content": "And which one parses 18?"},
+    ]
+
+    def broken(*args: Any) -> Outcome:
+        raise RuntimeError("a build that failed")
+
+    monkeypatch.setattr(History, "_build", broken)
+    with pytest.raises(ContextLengthExceeded, match="thinking blocks"):
+        _build(messages, window=4_000)
