@@ -126,6 +126,7 @@ def summary(results: list[Result], cpu_s: float, digests: dict[str, str],
             "retried": sum(1 for r in results if r.attempts > 1),
             "p50_ms": percentile([r.client_ms for r in ok], 50),
             "p95_ms": percentile([r.client_ms for r in ok], 95),
+            "max_ms": max((r.client_ms for r in ok), default=float("nan")),
             "compress_p95_ms": percentile([r.compress_ms for r in ok], 95),
             "new_forms": sum(r.new_forms for r in ok), "cpu_s": cpu_s, "bytes_differ": differ}
 
@@ -456,7 +457,8 @@ def _soak_report(row: dict[str, Any], replicas: int, clients: int) -> str:
              *(f"  {event}" for event in row["events"]),
              f"  requests {row['requests']}, 200s {row['requests'] - row['errors']}, lost {row['lost']}, "
              f"retried by the client {row['retried']}",
-             f"  p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms, CPU {row['cpu_s']:.1f} s"]
+             f"  p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms, slowest {row['max_ms']:.0f} ms, "
+             f"CPU {row['cpu_s']:.1f} s"]
     return "\n".join(lines)
 
 
