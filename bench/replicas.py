@@ -316,6 +316,8 @@ def replay(url: str, runs: list[agents.Trajectory], concurrency: int,
 
     def one(job: tuple[int, agents.Trajectory]) -> None:
         number, run = job
+        if stop():  # before the client: making one costs a TLS context, and --soak queues many runs
+            return
         with httpx.Client(base_url=url, timeout=600) as http:
             for k in run.steps:
                 if stop():
