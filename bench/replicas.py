@@ -71,9 +71,10 @@ QUICK_PER_FRAMEWORK = 2  # --quick: the two shortest runs of each framework
 # -- pure parts ---------------------------------------------------------------------------------
 
 
-def haproxy_config(port: int, servers: list[int], *, check_ms: int = 500) -> str:
+def haproxy_config(port: int, servers: list[int], *, check_ms: int = 2000) -> str:
     """HAProxy in front of ``servers`` (ports on 127.0.0.1): round robin, no stickiness, health checks
-    on ``/health/readiness``, a refused connection retried on another server."""
+    on ``/health/readiness`` every ``check_ms`` (HAProxy's default: each check is gateway CPU too), a
+    refused connection retried on another server."""
     lines = [
         "global", "    maxconn 256", "defaults", "    mode http",
         "    timeout connect 1s", "    timeout client 300s", "    timeout server 300s",
