@@ -65,15 +65,17 @@ RETRY_PAUSE_S = 0.5
 RETRYABLE = frozenset({502, 503, 504})
 TARGET_RATIO = 1.3
 WORKERS = 2  # compression workers per replica (the default)
+AFTER_RESTART_S = 15.0  # --soak: traffic the restarted replica takes part in
 QUICK_PER_FRAMEWORK = 2  # --quick: the two shortest runs of each framework
 
 
 # -- pure parts ---------------------------------------------------------------------------------
 
 
-def haproxy_config(port: int, servers: list[int], *, check_ms: int = 500) -> str:
+def haproxy_config(port: int, servers: list[int], *, check_ms: int = 2000) -> str:
     """HAProxy in front of ``servers`` (ports on 127.0.0.1): round robin, no stickiness, health checks
-    on ``/health/readiness``, a refused connection retried on another server."""
+    on ``/health/readiness`` every ``check_ms`` (HAProxy's default: each check is gateway CPU too), a
+    refused connection retried on another server."""
     lines = [
         "global", "    maxconn 256", "defaults", "    mode http",
         "    timeout connect 1s", "    timeout client 300s", "    timeout server 300s",
@@ -126,6 +128,7 @@ def summary(results: list[Result], cpu_s: float, digests: dict[str, str],
             "retried": sum(1 for r in results if r.attempts > 1),
             "p50_ms": percentile([r.client_ms for r in ok], 50),
             "p95_ms": percentile([r.client_ms for r in ok], 95),
+            "max_ms": max((r.client_ms for r in ok), default=float("nan")),
             "compress_p95_ms": percentile([r.compress_ms for r in ok], 95),
             "new_forms": sum(r.new_forms for r in ok), "cpu_s": cpu_s, "bytes_differ": differ}
 
@@ -315,6 +318,8 @@ def replay(url: str, runs: list[agents.Trajectory], concurrency: int,
 
     def one(job: tuple[int, agents.Trajectory]) -> None:
         number, run = job
+        if stop():  # before the client: making one costs a TLS context, and --soak queues many runs
+            return
         with httpx.Client(base_url=url, timeout=600) as http:
             for k in run.steps:
                 if stop():
@@ -370,21 +375,30 @@ def compare(runs: list[agents.Trajectory], settings: dict[str, tuple[int, bool]]
 
 
 def soak(runs: list[agents.Trajectory], replicas: int, clients: int, seconds: float) -> dict[str, Any]:
-    """Multi-turn traffic for ``seconds``; replica 1 SIGKILLed a third of the way in and restarted."""
+    """Multi-turn traffic for ``seconds``; replica 1 SIGKILLed a third of the way in and restarted.
+    The traffic goes on until the restarted replica has been serving for ``AFTER_RESTART_S`` too (a
+    start-up on a busy machine can outlast ``seconds``)."""
     upstream = FakeUpstream().start()
     events: list[str] = []
+    restarted_at: list[float] = []  # the killer thread notes when the replica is back
     try:
         with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp, \
                 setting(upstream, replicas, True, Path(tmp)) as (url, fleet):
             deadline = time.monotonic() + seconds
-            killer = threading.Thread(target=_kill_and_restart, args=(fleet, seconds / 3, events),
-                                      daemon=True)
+            killer = threading.Thread(target=_kill_and_restart,
+                                      args=(fleet, seconds / 3, events, restarted_at), daemon=True)
             killer.start()
             started = time.monotonic()
-            results = replay(url, runs, clients, stop=lambda: time.monotonic() > deadline, loops=100)
+
+            def stop() -> bool:
+                now = time.monotonic()
+                return now > deadline and bool(restarted_at) and now > restarted_at[0] + AFTER_RESTART_S
+
+            results = replay(url, runs, clients, stop=stop, loops=100)
             elapsed = time.monotonic() - started
             killer.join(300)
             cpu = fleet.cpu_seconds()
+            events.append(f"the restarted replica answered {served(fleet.gateways[1].url)} chat requests")
             upstream.clear()
     finally:
         upstream.stop()
@@ -394,12 +408,21 @@ def soak(runs: list[agents.Trajectory], replicas: int, clients: int, seconds: fl
     return row
 
 
-def _kill_and_restart(fleet: Fleet, after_s: float, events: list[str]) -> None:
+def served(url: str) -> int:
+    """Chat completions a gateway answered 200, from its /metrics."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("mixpr_requests_total{") and 'path="/v1/chat/completions"' in line
+                   and 'status="200"' in line))
+
+
+def _kill_and_restart(fleet: Fleet, after_s: float, events: list[str], restarted_at: list[float]) -> None:
     time.sleep(after_s)
     fleet.kill(1)
     events.append(f"{after_s:.0f} s: replica 1 SIGKILLed")
     started = time.monotonic()
     fleet.restart(1)
+    restarted_at.append(time.monotonic())
     events.append(f"{after_s + time.monotonic() - started:.0f} s: replica 1 ready again (cold, same port)")
 
 
@@ -456,7 +479,8 @@ def _soak_report(row: dict[str, Any], replicas: int, clients: int) -> str:
              *(f"  {event}" for event in row["events"]),
              f"  requests {row['requests']}, 200s {row['requests'] - row['errors']}, lost {row['lost']}, "
              f"retried by the client {row['retried']}",
-             f"  p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms, CPU {row['cpu_s']:.1f} s"]
+             f"  p50 {row['p50_ms']:.0f} ms, p95 {row['p95_ms']:.0f} ms, slowest {row['max_ms']:.0f} ms, "
+             f"CPU {row['cpu_s']:.1f} s"]
     return "\n".join(lines)
 
 

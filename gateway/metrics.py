@@ -67,8 +67,8 @@ class Metrics:
         self.resets = Counter("mixpr_resets", "Multi-turn requests with a reset since the previous "
                               "request (their older messages compressed harder: one cache miss)",
                               ["model"], registry=r)
-        self.new_forms = Counter("mixpr_message_forms", "Message forms computed (not found in the "
-                                 "instance's cache)", ["model"], registry=r)
+        self.new_forms = Counter("mixpr_message_forms", "Message forms computed (found neither in the "
+                                 "instance's cache nor in the replicas' shared one)", ["model"], registry=r)
         self.form_cache = Counter("mixpr_form_cache", "Message forms (with evidence blocks and token "
                                   "counts) a build needed, by where they came from: local (this "
                                   "instance's memory), redis (the shared cache), computed",

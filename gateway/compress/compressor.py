@@ -76,7 +76,7 @@ class Outcome:
     failed_open: bool = False  # compression failed and the original went out: not a state to remember
     reused_tokens: int = 0  # prompt tokens that repeat the previous turn's request exactly (compress.history)
     reset: bool = False  # a reset since the previous request: its older part was compressed harder
-    new_forms: int = 0  # message forms computed for this request (not found in the instance's cache)
+    new_forms: int = 0  # message forms computed for this request (found in no cache: memory, Redis)
     reuse_basis: str = "none"  # how reused_tokens is known: remembered, recomputed or none
     resets: int = 0  # reset points in the conversation so far
 

@@ -76,7 +76,7 @@ class _Plan:
     cap: int  # the most one first-sight form keeps: half of what a reset brings the forms down to
     forms: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
     evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
-    new_forms: int = 0  # forms computed for this request (not found in the cache)
+    new_forms: int = 0  # forms computed for this request (found neither in memory nor in Redis)
     failed: int = 0  # forms and evidence blocks the pool failed to compute (their pieces keep what they had)
 
 

@@ -83,8 +83,9 @@ class SharedForms:
         self._resting_until = 0.0
         self._down = False
 
-    async def fetch(self, names: Sequence[str]) -> dict[str, Form]:
-        """The forms Redis holds of ``names``, in one ``MGET``; {} when it fails or is resting."""
+    async def fetch(self, names: Sequence[str]) -> dict[str, bytes]:
+        """The stored values Redis holds of ``names``, in one ``MGET``; {} when it fails or is resting.
+        Decoding them is left to the build's thread (:class:`FormStore`), off the loop."""
         if not names or self._resting():
             return {}
         try:
@@ -94,13 +95,13 @@ class SharedForms:
             self._failed(_cause(exc))
             return {}
         self._answered()
-        return {name: form for name, value in zip(names, values, strict=True)
-                if value is not None and (form := decoded(value)) is not None}
+        return {name: value for name, value in zip(names, values, strict=True) if value is not None}
 
-    def store(self, entries: dict[str, Form]) -> None:
-        """Write ``entries`` back in the background (one pipeline); dropped when too many are pending."""
-        payload = {self.prefix + name: value for name, form in entries.items()
-                   if len(value := encoded(form)) <= self.max_entry_bytes}
+    def store(self, values: dict[str, bytes]) -> None:
+        """Write ``values`` (:func:`encoded` forms by name) in the background, in one pipeline, but
+        for those over ``max_entry_bytes``; nothing while ``MAX_PENDING_WRITES`` writes are pending."""
+        payload = {self.prefix + name: value for name, value in values.items()
+                   if len(value) <= self.max_entry_bytes}
         if not payload or self._resting():
             return
         if len(self._writes) >= MAX_PENDING_WRITES:
@@ -167,7 +168,8 @@ class FormStore:
         (which memory then keeps)."""
         known = {name: form for name in names if (form := self.local.get(name)) is not None}
         missing = [name for name in dict.fromkeys(names) if name not in known]
-        fetched = self._fetched(missing, loop) if missing else {}
+        fetched = {name: form for name, value in self._fetched(missing, loop).items()
+                   if (form := decoded(value)) is not None}
         for name, form in fetched.items():
             self.local.put(name, form)
         self._count("local", len(known))
@@ -180,15 +182,16 @@ class FormStore:
             self.local.put(name, form)
         self._count("computed", len(entries))
         if self.shared is not None and loop is not None and entries:
-            loop.call_soon_threadsafe(self.shared.store, dict(entries))
+            values = {name: encoded(form) for name, form in entries.items()}  # here, not on the loop
+            loop.call_soon_threadsafe(self.shared.store, values)
 
     async def aclose(self) -> None:
         if self.shared is not None:
             shared, self.shared = self.shared, None  # several preparers may share one store
             await shared.aclose()
 
-    def _fetched(self, names: list[str], loop: asyncio.AbstractEventLoop | None) -> dict[str, Form]:
-        if self.shared is None or loop is None:
+    def _fetched(self, names: list[str], loop: asyncio.AbstractEventLoop | None) -> dict[str, bytes]:
+        if not names or self.shared is None or loop is None:
             return {}
         future = asyncio.run_coroutine_threadsafe(self.shared.fetch(names), loop)
         try:  # fetch times itself out; this bounds a loop too busy to run it at all

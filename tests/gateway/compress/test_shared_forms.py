@@ -46,7 +46,7 @@ async def test_what_one_replica_stores_another_fetches_in_one_round_trip(redis_s
     names = _names(300)
     forms = {name: (f"form of {name} \U0001f600", i) for i, name in enumerate(names)}
     writer = _shared(redis_server.url)
-    writer.store(forms)
+    writer.store({name: encoded(form) for name, form in forms.items()})
     await writer.aclose()  # waits for the write-back
     reader = _shared(redis_server.url)
     with redis_server.client() as admin:
@@ -54,14 +54,14 @@ async def test_what_one_replica_stores_another_fetches_in_one_round_trip(redis_s
         found = await reader.fetch([*names, "never-stored"])
         after = admin.info("commandstats")["cmdstat_mget"]["calls"]
     await reader.aclose()
-    assert found == forms
+    assert {name: decoded(value) for name, value in found.items()} == forms
     assert after - before == 1
 
 
 async def test_entries_expire_and_big_ones_stay_local(redis_server: RedisServer) -> None:
     small, big = _names(2)
     shared = _shared(redis_server.url, ttl_s=30, max_entry_bytes=2048)
-    shared.store({small: ("short", 1), big: ("x" * 4096, 1000)})
+    shared.store({small: encoded(("short", 1)), big: encoded(("x" * 4096, 1000))})
     await shared.aclose()
     with redis_server.client() as admin:
         assert 0 < admin.ttl(shared.prefix + small) <= 30
@@ -76,13 +76,13 @@ async def test_a_full_redis_is_counted_never_raised(tmp_path: Path) -> None:
         metrics = Metrics()
         shared = _shared(server.url, metrics, max_entry_bytes=1024 * 1024)
         kept = _names(1)[0]
-        shared.store({kept: ("kept", 1)})
+        shared.store({kept: encoded(("kept", 1))})
         for batch in range(8):  # ~4 MB into 2 MB: Redis answers OOM
-            shared.store({f"{kept}-{batch}-{i}": ("y" * 100_000, 1) for i in range(5)})
+            shared.store({f"{kept}-{batch}-{i}": b"1\n" + b"y" * 100_000 for i in range(5)})
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
         assert _errors(metrics, "full") >= 1
-        assert await shared.fetch([kept]) == {kept: ("kept", 1)}  # reads go on
+        assert await shared.fetch([kept]) == {kept: encoded(("kept", 1))}  # reads go on
         await shared.aclose()
     finally:
         server.stop()
@@ -95,12 +95,16 @@ async def test_no_redis_costs_one_timeout_and_one_warning(caplog: pytest.LogCapt
     with caplog.at_level(logging.WARNING, logger="gateway.compress.shared_forms"):
         started = time.perf_counter()
         results = [await shared.fetch(names) for _ in range(5)]
-        shared.store({names[0]: ("form", 1)})  # resting: not even tried
+        shared.store({names[0]: b"1\nform"})  # resting: not even tried
         elapsed = time.perf_counter() - started
+        assert _errors(metrics, "unavailable") == 1  # one try; the others wait for RETRY_AFTER_S to pass
+        for _ in range(2):  # RETRY_AFTER_S passes, twice: tried again, still the same outage
+            shared._resting_until = 0.0
+            results.append(await shared.fetch(names))
     await shared.aclose()
-    assert results == [{}] * 5
-    assert elapsed < 5 * TIMEOUT_S  # one try; the others wait for RETRY_AFTER_S to pass
-    assert _errors(metrics, "unavailable") == 1
+    assert results == [{}] * 7
+    assert elapsed < 5 * TIMEOUT_S
+    assert _errors(metrics, "unavailable") == 3
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "unavailable" in warnings[0] and "127.0.0.1" not in warnings[0]
 
@@ -113,7 +117,7 @@ async def test_a_stopped_redis_answers_within_the_timeout(tmp_path: Path) -> Non
         metrics = Metrics()
         shared = _shared(server.url, metrics)
         names = _names(2)
-        shared.store({names[0]: ("form", 7)})
+        shared.store({names[0]: encoded(("form", 7))})
         await asyncio.sleep(0.2)
         server.pause()
         started = time.perf_counter()
@@ -122,7 +126,7 @@ async def test_a_stopped_redis_answers_within_the_timeout(tmp_path: Path) -> Non
         assert _errors(metrics, "timeout") == 1
         server.resume()
         shared._resting_until = 0.0  # as if RETRY_AFTER_S had passed
-        assert await shared.fetch(names) == {names[0]: ("form", 7)}  # the connection pool recovered
+        assert await shared.fetch(names) == {names[0]: b"7\nform"}  # the connection pool recovered
         await shared.aclose()
     finally:
         server.stop()
