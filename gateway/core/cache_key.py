@@ -5,8 +5,8 @@ OpenAI routes a request to a cache machine by a hash of its first ~256 tokens pl
 So when the client sent no key, the gateway sets one per conversation: from the session the client
 names (the first of :data:`SESSION_HEADERS` it sends: Claude Code's, Codex's, a generic one), else
 from the conversation's start (its system prompt and first user message), which every later request
-of the conversation repeats. Either is an HMAC keyed by a secret of the deployment (derived from
-``master_key``), so the key tells the provider nothing it could check a guess against; every replica
+of the conversation repeats. Either is a MAC (keyed BLAKE2b) under a secret of the deployment (derived
+from ``master_key``), so the key tells the provider nothing it could check a guess against; every replica
 with the same config computes the same key.
 
 It promises nothing about hits: the provider may still route elsewhere (OpenAI spills a key past
@@ -17,12 +17,11 @@ session share a key, which only means they share a machine.
 from __future__ import annotations
 
 import hashlib
-import hmac
-import json
 from collections.abc import Mapping
 from typing import Any
 
 SESSION_HEADERS = ("x-claude-code-session-id", "session_id", "session-id", "x-session-id")
+RAW_SESSION_HEADERS = tuple(name.encode() for name in SESSION_HEADERS)
 PREFIX = "mixpr-"
 HEX_CHARS = 32
 MAX_SESSION_CHARS = 256
@@ -33,22 +32,25 @@ HASHED_PARTS = 16
 
 def session(headers: Mapping[str, str]) -> str | None:
     """The conversation the client names: the first of ``SESSION_HEADERS`` it sent, if any."""
-    for name in SESSION_HEADERS:
-        value = headers.get(name)
-        if value and value.strip():
-            return value.strip()[:MAX_SESSION_CHARS]
+    raw = getattr(headers, "raw", None)  # Starlette's: one pass over the raw list, not four lookups
+    sent = dict(raw) if raw is not None else {k.lower().encode(): v.encode() for k, v in headers.items()}
+    for name in RAW_SESSION_HEADERS:
+        value = sent.get(name, b"").strip()
+        if value:
+            return value[:MAX_SESSION_CHARS].decode("latin-1")
     return None
 
 
 def secret(master_key: str | None) -> bytes:
-    """The HMAC key: the deployment's own secret when it has one (shared by its replicas)."""
-    return hashlib.sha256(b"mixpr prompt_cache_key\0" + (master_key or "").encode()).digest()
+    """The MAC key: the deployment's own secret when it has one (shared by its replicas)."""
+    return hashlib.blake2b(b"mixpr prompt_cache_key\0" + (master_key or "").encode(), digest_size=32).digest()
 
 
 def key(salt: bytes, named: str | None, messages: list[dict[str, Any]]) -> str:
-    """The conversation's key: from its session when the client names one, else from its start."""
+    """The conversation's key: from its session when the client names one, else from its start
+    (keyed BLAKE2b, a MAC as HMAC is, in one pass)."""
     source = b"session\0" + named.encode() if named else b"start\0" + _start(messages)
-    return PREFIX + hmac.new(salt, source, hashlib.sha256).hexdigest()[:HEX_CHARS]
+    return PREFIX + hashlib.blake2b(source, key=salt, digest_size=HEX_CHARS // 2).hexdigest()
 
 
 def _start(messages: list[dict[str, Any]]) -> bytes:
@@ -57,7 +59,7 @@ def _start(messages: list[dict[str, Any]]) -> bytes:
     request, however long its first message."""
     system = [_text(m.get("content")) for m in messages if m.get("role") in LEADING_ROLES]
     first_user = next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
-    return json.dumps([system[:HASHED_PARTS], first_user], ensure_ascii=False).encode()
+    return "\1".join([*system[:HASHED_PARTS], "\2", first_user]).encode("utf-8", "surrogatepass")
 
 
 def _text(content: Any) -> str:
