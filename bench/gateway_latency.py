@@ -109,7 +109,7 @@ def start_gateway(config: Path, port: int, workers: int, **popen: Any) -> subpro
     argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(port),
             "--log-level", "warning", "--workers", str(workers)]
     proc = subprocess.Popen(argv, cwd=ROOT, **popen)
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + 240  # imports and pool warm-up take minutes on a loaded machine
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/readiness", timeout=1) as answer:

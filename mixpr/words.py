@@ -21,6 +21,8 @@ import numpy as np
 
 _BASE = 0x9E3779B97F4A7C15  # odd, so it has an inverse mod 2^64
 _LENGTH_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
+_DIGEST_MIX = np.uint64(0xFF51AFD7ED558CCD)  # odd: the product's high half mixes every bit of a hash
+_THREE_DIGITS = 1 << 21
 _BLOCK = 1 << 18  # characters hashed per block: 2 MB per uint64 array
 _ASCII_WORD = np.array([chr(c).isalnum() or c == ord("_") for c in range(128)] + [False])
 _ASCII_DIGIT = np.array([chr(c).isdecimal() for c in range(128)] + [False])
@@ -149,8 +151,34 @@ def _power_tables(size: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _number(hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Ids by first appearance, and where each id first appears."""
-    _, firsts, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    order = np.argsort(firsts)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank[inverse.ravel()], firsts[order]
+    order = _grouped(hashes)
+    ordered = hashes[order]
+    opens = np.empty(len(order), dtype=bool)
+    opens[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=opens[1:])
+    group = np.cumsum(opens) - 1
+    firsts = order[opens]  # a stable sort puts each group's earliest word first
+    by_appearance = np.argsort(firsts, kind="stable")
+    rank = np.empty(len(firsts), dtype=np.int64)
+    rank[by_appearance] = np.arange(len(firsts))
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = rank[group]
+    return ids, firsts[by_appearance]
+
+
+def _grouped(hashes: np.ndarray) -> np.ndarray:
+    """A stable order in which equal hashes are adjacent: stable sorts on 16-bit digits of a digest
+    (numpy radix-sorts 16-bit keys), twice as fast as sorting the 64-bit hashes. Two digits up to
+    2M words (two distinct words share them in ~1 text of 10 at 1M tokens), three beyond; when two
+    distinct hashes share a digest, the full sort runs."""
+    digits = 2 if len(hashes) < _THREE_DIGITS else 3
+    digest = (hashes * _DIGEST_MIX) >> np.uint64(64 - 16 * digits)
+    order = np.arange(len(hashes))
+    for shift in range(0, 16 * digits, 16):
+        digit = ((digest[order] >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+    ordered, keys = hashes[order], digest[order]
+    same_key = keys[1:] == keys[:-1]
+    if np.array_equal(ordered[1:][same_key], ordered[:-1][same_key]):
+        return order
+    return np.argsort(hashes, kind="stable")

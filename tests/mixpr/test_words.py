@@ -1,6 +1,7 @@
 import random
 import re
 
+import numpy as np
 import pytest
 
 from mixpr import words
@@ -48,3 +49,9 @@ def test_a_word_is_not_split_where_a_hashing_block_ends(monkeypatch):
 @pytest.mark.parametrize("text", ["", " ", "x", "7", "²", "ΟΔΟΣ ΟΔΟΣ", "İstanbul istanbul"])
 def test_edge_cases(text):
     assert read([text, text]) == reference([text, text])
+
+
+def test_words_whose_digests_collide_still_get_their_own_ids(monkeypatch):
+    monkeypatch.setattr(words, "_DIGEST_MIX", np.uint64(0))  # every word's 32-bit digest is 0
+    texts = ["one two three two one", "three four"]
+    assert read(texts) == reference(texts)
