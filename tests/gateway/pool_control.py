@@ -70,7 +70,9 @@ def hold_switch(directory: Path) -> Iterator[Path]:
             path.unlink(missing_ok=True)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 60) -> Any:
+def wait_for(condition: Callable[[], Any], timeout: float = 240) -> Any:
+    """``condition()``'s first true value. A replacement worker imports for seconds, and for over a minute
+    on a busy 2-core machine running the tests in parallel: the timeout only bounds a hang."""
     deadline = time.monotonic() + timeout
     while not (value := condition()):
         assert time.monotonic() < deadline, "condition not met in time"
