@@ -53,6 +53,9 @@ class Prefix(_Strict):
     (``gateway.compress.resets``)."""
 
     enabled: bool = True
+    # When first-sight forms start: "after_trigger" (a conversation goes as the client sent it until
+    # it first passes the trigger, then one reset switches it to forms), or "always".
+    first_sight: Literal["after_trigger", "always"] = "after_trigger"
     # A tool result or user message over this many tokens gets a compressed form at first sight ...
     min_tokens: int = Field(1500, ge=1)
     # ... keeping keep_tokens plus this share of the rest.
@@ -74,6 +77,7 @@ class Prefix(_Strict):
 
 class PrefixOverrides(_Strict):
     enabled: bool | None = None
+    first_sight: Literal["after_trigger", "always"] | None = None
     min_tokens: int | None = Field(None, ge=1)
     keep_tokens: int | None = Field(None, ge=16)
     keep: float | None = Field(None, ge=0, le=1)

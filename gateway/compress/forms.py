@@ -24,7 +24,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mixpr
@@ -58,6 +58,7 @@ class Piece:
     source: str | None  # the file a tool result shows, when the call names it
     question: bool  # a user message: its last paragraph is its question and is always kept
     first_sight: bool  # compressed from level 0 (else only in resets)
+    title: str = ""  # what produced it: a tool result's call (name and arguments)
 
 
 def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozenset()) -> list[Piece]:
@@ -65,7 +66,7 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
     other media, thinking blocks, names and ids never are; neither are error tool results
     (``verbatim_ids``: results the client marked ``is_error``, or outputs that say they failed) nor
     assistant messages that carry thinking blocks (their provider checks them as sent)."""
-    task = next((_text(m) for m in messages if m.get("role") == "user"), "")
+    task = next((message_text(m) for m in messages if m.get("role") == "user"), "")
     calls: dict[str, tuple[dict[str, Any], str]] = {}
     found: list[Piece] = []
     for index, message in enumerate(messages):
@@ -73,14 +74,16 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
         if role == "assistant":
             for call in message.get("tool_calls") or ():
                 if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    calls[call["id"]] = (call.get("function") or {}, _text(message))
+                    calls[call["id"]] = (call.get("function") or {}, message_text(message))
             if not _thinks(message):
                 found += _own_pieces(index, message, task)
         elif role == "tool" and not _is_error(message, verbatim_ids):
             function, said = calls.get(message.get("tool_call_id") or "", ({}, ""))
             query = "\n".join((f"{function.get('name', '')} {function.get('arguments', '')}", said, task))
             source = _path(function.get("arguments"))
-            found += _texts(index, message, query, source, question=False, first=True)
+            title = f"{function.get('name', '')} {function.get('arguments', '')}"
+            found += [replace(p, title=title) for p in _texts(index, message, query, source, question=False,
+                                                                first=True)]
         elif role == "user":
             found += _texts(index, message, "", None, question=True, first=True)
     return found
@@ -108,7 +111,7 @@ def _texts(index: int, message: dict[str, Any], query: str, source: str | None, 
             for i, p in enumerate(content) if is_text(p) and p["text"]]
 
 
-def _text(message: dict[str, Any]) -> str:
+def message_text(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, str):
         return content
@@ -132,7 +135,7 @@ def _thinks(message: dict[str, Any]) -> bool:
 def _is_error(message: dict[str, Any], verbatim_ids: frozenset[str]) -> bool:
     if message.get("tool_call_id") in verbatim_ids:
         return True
-    text = _text(message)
+    text = message_text(message)
     return len(text) <= ERROR_MAX_CHARS and bool(ERROR_START.match(text))
 
 

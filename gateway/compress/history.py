@@ -24,11 +24,11 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.compress import checks, conversation, evidence, forms, policy, resets
+from gateway.compress import checks, conversation, evidence, forms, policy, recut, resets, task
 from gateway.compress.compressor import Compressor, Outcome, Router, Ticket
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
@@ -38,8 +38,7 @@ from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.compress.history")
 
-ORIGINAL = -1  # the level of no form at all: the client's own text
-MAX_LEVEL = forms.TOP_LEVEL  # resets a message can go through; at the last one it is a placeholder
+ORIGINAL = resets.ORIGINAL  # the level of no form at all: the client's own text
 BREAKPOINT = {"type": "ephemeral"}
 MAX_BREAKPOINTS = 4  # Anthropic's limit per request
 CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
@@ -74,6 +73,7 @@ class _Plan:
     forms: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
     evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
     new_forms: int = 0  # forms computed for this request (not found in the cache)
+    recuttable: list[int] = field(default_factory=list)  # the pieces a reset may cut
 
 
 class History:
@@ -123,21 +123,66 @@ class History:
 
     def _build(self, request: Request, bridge: _Bridge, model_name: str) -> Outcome:
         plan = self._plan(request)
-        self._forms(plan, bridge, [(p, 0) for p in range(len(plan.pieces))])
-        room, after = _room(request)
-        self._evidence(plan, bridge, request.target.counted(room))
+        room, share = _room(request)
         ends = _turn_ends(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
+        sizes = resets.Sizes([self._size(plan, j, ORIGINAL) for j in range(len(request.messages))],
+                             lambda k: self._first_sight(plan, bridge, k, room),
+                             request.settings.prefix.first_sight == "after_trigger")
         scanned = resets.scan(
-            [self._size(plan, j, 0) for j in range(len(request.messages))], plan.constant,
-            room=request.target.counted(room), after=request.target.counted(after),
+            sizes, plan.constant, room=room, share=share,
             older_end=lambda i: _older_end(request.messages, i),
             last_end=lambda i: _last_end(request.messages, i),
-            harder=lambda js, levels: self._sizes(plan, bridge, js, levels),
-            max_level=MAX_LEVEL, snapshot_at=previous,
-            stale=lambda i, older: _stale(request.messages, i, older))
+            movable=lambda end, levels: self._movable(plan, end, levels),
+            recut=lambda i, end, budget, levels: self._recut(plan, bridge, i, end, budget, levels),
+            snapshot_at=previous)
         sent = self._assemble(plan, scanned.levels)
         return self._outcome(plan, scanned, sent, previous, model_name)
+
+    def _first_sight(self, plan: _Plan, bridge: _Bridge, k: int, room: int) -> list[int]:
+        """The tokens of messages ``k..`` at their first-sight forms (computed now: a conversation
+        that never passes the trigger computes none)."""
+        self._forms(plan, bridge, [(p, 0) for p, piece in enumerate(plan.pieces) if piece.message >= k])
+        self._evidence(plan, bridge, room, k)
+        return [self._size(plan, j, 0) for j in range(k, len(plan.request.messages))]
+
+    def _recuttable(self, plan: _Plan, number: int) -> bool:
+        """A piece a reset may cut: long text (a user message only when it does not fit whole)."""
+        piece, tokens = plan.pieces[number], plan.tokens[number]
+        return tokens > (plan.cap if piece.question else plan.request.settings.prefix.reset_min_tokens)
+
+    def _movable(self, plan: _Plan, end: int, levels: Sequence[resets.Level]) -> int:
+        """Tokens of the pieces a reset over ``[0, end)`` may cut, as they are now."""
+        total = 0
+        for number in plan.recuttable:
+            piece = plan.pieces[number]
+            if piece.message < end:
+                form = plan.forms.get((number, levels[piece.message]))
+                total += form[1] if form is not None else plan.tokens[number]
+        return total
+
+    def _recut(self, plan: _Plan, bridge: _Bridge, i: int, end: int, budget: int,
+               levels: Sequence[resets.Level]) -> dict[int, int]:
+        """A reset at ``i``: the long pieces of ``[0, end)`` cut again together, for the task
+        (``gateway.compress.recut``); the new size of each message it cut."""
+        numbers = [n for n in plan.recuttable if plan.pieces[n].message < end]
+        if not numbers:
+            return {}
+        pool = [plan.pieces[n] for n in numbers]
+        query = task.query(plan.request.messages, i)
+        name = recut.key(pool, query, budget, plan.salt)
+        found = [self.cache.get(f"{name}:{k}") for k in range(len(pool))]
+        if any(form is None for form in found):
+            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model)])
+            found = list(done)
+            for k, form in enumerate(found):
+                self.cache.put(f"{name}:{k}", form)
+            plan.new_forms += 1
+        level = (i, end)
+        for number, form in zip(numbers, found, strict=True):
+            plan.forms[(number, level)] = form
+        touched = {plan.pieces[n].message for n in numbers}
+        return {j: self._size(plan, j, level) for j in sorted(touched)}
 
     def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
         self.sent.put(_chain(request.messages, model_name)[-1], [_digest(m) for m in sent])
@@ -155,8 +200,10 @@ class History:
         if request.tools:
             constant += self._count(json.dumps(request.tools), model)
         salt = json.dumps([request.settings.prefix.model_dump(mode="json"), model])
-        cap = max(1, request.target.counted(_room(request)[1]) // CAP_SHARE)
-        return _Plan(request, found, tokens, by_message, rest, constant, salt, cap)
+        cap = _cap(request)
+        plan = _Plan(request, found, tokens, by_message, rest, constant, salt, cap)
+        plan.recuttable = [n for n in range(len(found)) if self._recuttable(plan, n)]
+        return plan
 
     def _count(self, text: str, model: str) -> int:
         """Tokens of ``text``, remembered by content hash (histories repeat every message)."""
@@ -223,7 +270,7 @@ class History:
                 plan.forms[use] = form
         plan.new_forms += len(missing)
 
-    def _evidence(self, plan: _Plan, bridge: _Bridge, room: int) -> None:
+    def _evidence(self, plan: _Plan, bridge: _Bridge, room: int, since: int = 0) -> None:
         """Evidence blocks for follow-up questions: each user message after the first, from the
         earlier user messages (pasted documents) their first-sight forms cut
         (``gateway.compress.evidence``). Tool results are not searched: an agent reads again what it
@@ -233,9 +280,10 @@ class History:
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
         missing: dict[str, tuple[int, tuple[Any, ...]]] = {}
         for number, piece in enumerate(plan.pieces):
-            if not piece.question or piece.message <= first_user or settings.evidence == 0:
+            if (not piece.question or piece.message <= first_user or piece.message < since
+                    or settings.evidence == 0):
                 continue
-            cut = [q for q in range(number) if (q, 0) in plan.forms and plan.pieces[q].question
+            cut = [q for q in range(number) if plan.pieces[q].question and plan.tokens[q] > plan.cap
                    and plan.pieces[q].message < piece.message]
             if not cut:
                 continue
@@ -265,12 +313,6 @@ class History:
             if level == 0 and number in plan.evidence:
                 total += plan.evidence[number][1]
         return total
-
-    def _sizes(self, plan: _Plan, bridge: _Bridge, messages: Sequence[int],
-               levels: Sequence[int]) -> list[int]:
-        pairs = list(zip(messages, levels, strict=True))
-        self._forms(plan, bridge, [(p, level) for j, level in pairs for p in plan.by_message.get(j, ())])
-        return [self._size(plan, j, level) for j, level in zip(messages, levels, strict=True)]
 
     def _assemble(self, plan: _Plan, levels: list[int]) -> list[dict[str, Any]]:
         """The client's messages with each piece's form in its place (copied on write)."""
@@ -426,15 +468,29 @@ def _multi_turn(request: Request) -> bool:
             and any(m.get("role") == "assistant" for m in request.messages))
 
 
-def _room(request: Request) -> tuple[int, int]:
-    """Where a reset happens (tokens) and what it brings the forms down to."""
+def _room(request: Request) -> tuple[int, Callable[[int], int]]:
+    """Where a reset happens (tokens), and what a reset leaves the text it may cut, given the tokens
+    it cannot (``fixed``): in window mode ``reset_fill`` of the room those leave; in cost mode what
+    the budget leaves."""
+    target, settings, control = request.target, request.settings, request.control
+    threshold = policy.threshold(target, settings, control)
+    room = target.counted(target.limit if threshold is None else min(threshold, target.limit))
+    asked = control.budget_tokens or settings.budget_tokens
+    if asked != policy.AUTO:
+        after = target.counted(min(int(asked), room))
+        return room, lambda fixed: after - fixed
+    fill = settings.prefix.reset_fill
+    return room, lambda fixed: int(fill * (room - fixed))
+
+
+def _cap(request: Request) -> int:
+    """The most one first-sight form keeps: ``reset_fill`` of the room (cost mode: the budget)."""
     target, settings, control = request.target, request.settings, request.control
     threshold = policy.threshold(target, settings, control)
     room = target.limit if threshold is None else min(threshold, target.limit)
     asked = control.budget_tokens or settings.budget_tokens
-    if asked != policy.AUTO:
-        return room, min(int(asked), room)  # a cost budget: the trigger (or the window), then the budget
-    return room, int(room * settings.prefix.reset_fill)
+    after = min(int(asked), room) if asked != policy.AUTO else int(room * settings.prefix.reset_fill)
+    return max(1, target.counted(after) // CAP_SHARE)
 
 
 def _turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
