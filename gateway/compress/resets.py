@@ -10,12 +10,19 @@ it, and the walk goes on. The decision at message ``i`` reads messages ``0..i`` 
 result is a pure function of them, so the scan over a request's first ``k`` messages finds the same
 points and levels as the scan of every later request of the conversation: a cold instance
 reproduces them, and between two resets a conversation only appends.
+
+What a reset may touch is read from the messages here too (``older_end``, ``last_end``): never the
+newest turn while the older part is enough, never a thinking block or what precedes it within its
+tool loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.compress import messages as shape
 
 Level = int | tuple[int, int]  # ORIGINAL, FIRST_SIGHT, or the (point, end) of the reset that cut it
 ORIGINAL = -1  # the client's own text
@@ -117,3 +124,39 @@ def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[
     result.total -= saved
     if not result.points or result.points[-1] != i:
         result.points.append(i)
+
+
+# -- what a reset may touch --------------------------------------------------------------------
+
+
+def turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
+    """Where earlier requests of this conversation ended (a message the assistant answered), and
+    the end of this one."""
+    ends = [i for i in range(len(messages) - 1)
+            if messages[i].get("role") in ("user", "tool") and messages[i + 1].get("role") == "assistant"]
+    return [*ends, len(messages) - 1]
+
+
+def older_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """The end of the part a reset at ``i`` may cut: before the newest assistant message up to
+    ``i`` (the newest turn stays as first sent), and before any assistant message that carries
+    thinking blocks after the last user message (its provider checks what precedes it)."""
+    end = next((j for j in range(i, -1, -1) if messages[j].get("role") == "assistant"), 0)
+    return min(end, thinking_end(messages, i))
+
+
+def thinking_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """The first assistant message with thinking blocks since the last user message up to ``i``
+    (``i + 1`` if none): its provider checks what precedes it, within the current tool loop."""
+    last_user = next((j for j in range(i, -1, -1) if messages[j].get("role") == "user"), 0)
+    return next((j for j in range(last_user, i + 1) if messages[j].get("role") == "assistant"
+                 and shape.thinks(messages[j])), i + 1)
+
+
+def last_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """What a reset at ``i`` cuts when the older part is not enough: everything up to ``i`` but the
+    last user message (the question), and still nothing from a checked thinking block on."""
+    end = i + 1
+    if messages[i].get("role") == "user":
+        end = i
+    return min(end, thinking_end(messages, i))

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.compress import forms
+from gateway.compress import messages as shape
 
 # Whole blocks a client adds to a user message around (or instead of) what the user wrote.
 BOILERPLATE = re.compile(
@@ -36,7 +37,7 @@ def query(messages: Sequence[dict[str, Any]], i: int) -> str:
 
 def user_words(message: dict[str, Any]) -> str:
     """A user message's own text: without a client's boilerplate; a pasted document by its question."""
-    text = BOILERPLATE.sub("", forms.message_text(message)).strip()
+    text = BOILERPLATE.sub("", shape.text(message)).strip()
     if INSTRUCTIONS.match(text):
         return ""
     return forms.split_question(text)[1] if len(text) > LONG_CHARS else text
@@ -44,9 +45,9 @@ def user_words(message: dict[str, Any]) -> str:
 
 def agent_words(message: dict[str, Any]) -> str:
     """An assistant message's text and its tool calls (names and arguments)."""
-    calls = [c.get("function") or {} for c in message.get("tool_calls") or () if isinstance(c, dict)]
+    calls = [shape.function(c) for c in shape.calls(message)]
     said = [f"{f.get('name', '')} {_arguments(f.get('arguments'))}" for f in calls]
-    return "\n".join(text for text in [forms.message_text(message), *said] if text)
+    return "\n".join(text for text in [shape.text(message), *said] if text)
 
 
 def _arguments(arguments: Any) -> str:

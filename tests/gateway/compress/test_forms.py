@@ -1,5 +1,5 @@
-"""The parts of per-message forms one by one: what a piece is, the causal reset scan, the checks
-before forwarding, and the event loop staying free while a long conversation is prepared."""
+"""The parts of per-message forms one by one: what a piece is, the checks before forwarding, and the
+event loop staying free while a long conversation is prepared."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import time
 from typing import Any
 
-from gateway.compress import checks, forms, resets
+from gateway.compress import checks, forms
+from gateway.compress import messages as shape
 from gateway.compress.compressor import Compressor
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -77,46 +78,11 @@ def test_arguments_are_compressed_as_json_strings() -> None:
     assert parsed["path"] == "a.py" and len(parsed["file_text"]) < len(long) / 4 and tokens < 200
 
 
-def test_the_scan_is_causal() -> None:
-    """The reset points and levels of a conversation's first k messages are those of every longer one."""
-    sizes = [50, 400, 30, 900, 30, 800, 30, 700, 30, 900, 30, 600]
-
-    def movable(end: int, levels: Any) -> int:
-        now = {resets.ORIGINAL: lambda j: sizes[j], resets.FIRST_SIGHT: lambda j: sizes[j] // 2}
-        return sum(now.get(levels[j], lambda j: cut[levels[j]])(j) for j in range(end) if sizes[j] > 100)
-
-    def recut(i: int, end: int, budget: int, levels: Any) -> dict[int, int]:
-        movable = [j for j in range(end) if sizes[j] > 100]
-        cut[(i, end)] = budget // len(movable)
-        return {j: budget // len(movable) for j in movable}
-
-    def run(k: int, verbatim: bool, snapshot_at: int = -1) -> resets.Scan:
-        return resets.scan(
-            resets.Sizes(sizes[:k], lambda first: [s // 2 for s in sizes[first:k]], verbatim),
-            10,
-            room=2000,
-            share=lambda fixed: (2000 - fixed) // 2,
-            older_end=lambda i: max(0, i - 1),
-            last_end=lambda i: i,
-            movable=movable,
-            recut=recut,
-            snapshot_at=snapshot_at,
-        )
-
-    cut: dict[Any, int] = {}  # each reset's size per message
-    for verbatim in (True, False):
-        full = run(len(sizes), verbatim)
-        assert full.points and full.total <= 2000
-        for k in range(1, len(sizes)):
-            assert run(k, verbatim).points == [p for p in full.points if p < k]
-            assert run(k, verbatim).levels == run(len(sizes), verbatim, k - 1).snapshot
-
-
 def test_checks_catch_what_providers_reject() -> None:
     messages = _loop(2)
     assert checks.problems(messages, messages) == []
     swapped = [*messages[:3], messages[4], messages[3], *messages[5:]]
-    assert checks.pairing(swapped) and checks.problems(messages, swapped)
+    assert shape.pairing(swapped) and checks.problems(messages, swapped)
     broken = json.loads(json.dumps(messages))
     broken[2]["tool_calls"][0]["function"]["arguments"] = "{not json"
     assert any("no longer JSON" in p for p in checks.problems(messages, broken))
