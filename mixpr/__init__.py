@@ -157,7 +157,7 @@ def _compress_parts(text, budget_tokens, kind, query, parts, model, original_tok
     """``compress`` for several typed outputs under one budget (``mixpr.outputs.compress_parts``)."""
     _validate_kind(kind, budget_tokens, (None, "auto", "mixpr", (), None))
     ends = [end for end, _ in parts]
-    if source is not None or any(not isinstance(t, str) for _, t in parts) or ends != sorted(ends) \
+    if source is not None or any(not isinstance(title, str) for _, title in parts) or ends != sorted(ends) \
             or not ends or ends[-1] != len(text) or ends[0] < 0:
         raise ValueError("parts must be (end, title) pairs with increasing ends, the last at len(text); "
                          "no source (each part's title names what it shows)")

@@ -66,7 +66,9 @@ def compress_blocks(
     return kept, spans, stats
 
 
-def block_scores(blocks: kinds.Blocks, query: str, titles: tuple[list[str], np.ndarray] | None = None) -> np.ndarray:
+def block_scores(
+    blocks: kinds.Blocks, query: str, titles: tuple[list[str], np.ndarray] | None = None
+) -> np.ndarray:
     """The fused rank score of every block; pinned blocks above all others. ``titles``: texts, and
     per block the index of its own (what produced the output it belongs to), whose words count in
     the block at ``TITLE_WEIGHT``."""
@@ -163,10 +165,13 @@ def compress_parts(
     split = [_split(text[a:b], kind) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
     owner = np.concatenate([np.full(len(b), i, dtype=np.int64) for i, b in enumerate(split)])
     joined = _joined(text, split, [0, *ends[:-1]])
-    scores = block_scores(joined, query, ([title for _, title in parts], owner)) if len(joined) else owner * 0.0
-    keep, texts, kept_tokens = _fit_parts(split, joined, owner, scores, budget_tokens, model, tokens / max(1, len(text)))
+    titles = ([title for _, title in parts], owner)
+    scores = block_scores(joined, query, titles) if len(joined) else owner * 0.0
+    per_char = tokens / max(1, len(text))
+    keep, texts, kept_tokens = _fit_parts(split, joined, owner, scores, budget_tokens, model, per_char)
     spans = list(zip(joined.starts[keep].tolist(), joined.ends[keep].tolist(), strict=True))
-    stats = {"kind": "parts", "original_chunks": len(joined), "kept_chunks": len(keep), "kept_tokens": kept_tokens}
+    stats = {"kind": "parts", "original_chunks": len(joined), "kept_chunks": len(keep),
+             "kept_tokens": kept_tokens}
     return "".join(texts), spans, stats, texts
 
 
@@ -182,7 +187,8 @@ def _joined(text: str, split: list[kinds.Blocks], starts: list[int]) -> kinds.Bl
     lo = cat([b.starts + at for b, at in zip(split, starts, strict=True)])
     hi = cat([b.ends + at for b, at in zip(split, starts, strict=True)])
     zeros = np.zeros(len(lo), dtype=np.int8)
-    prior = np.concatenate([b.prior if b.prior is not None else np.ones(len(b)) for b in split]) if split else None
+    priors = [b.prior if b.prior is not None else np.ones(len(b)) for b in split]
+    prior = np.concatenate(priors) if priors else None
     return kinds.Blocks(text, lo, hi, zeros.astype(np.int64), zeros.astype(np.int64), zeros, prior=prior)
 
 

@@ -72,7 +72,8 @@ class _Plan:
     constant: int  # tools and the reply's priming
     salt: str
     cap: int  # the most one first-sight form keeps: half of what a reset brings the forms down to
-    forms: dict[tuple[int, resets.Level], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
+    # (piece, level) -> its form
+    forms: dict[tuple[int, resets.Level], tuple[str, int]] = field(default_factory=dict)
     evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
     new_forms: int = 0  # forms computed for this request (not found in the cache)
     recuttable: list[int] = field(default_factory=list)  # the pieces a reset may cut
@@ -129,8 +130,8 @@ class History:
         ends = resets.turn_ends(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
         sizes = resets.Sizes([self._size(plan, j, ORIGINAL) for j in range(len(request.messages))],
-                             lambda k: self._first_sight(plan, bridge, k, room),
-                             request.settings.prefix.first_sight == "after_trigger")
+                             lambda: self._first_sight(plan, bridge, room),
+                             _verbatim_first(request))
         scanned = resets.scan(
             sizes, plan.constant, room=room, share=share,
             older_end=lambda i: resets.older_end(request.messages, i),
@@ -141,12 +142,12 @@ class History:
         sent = self._assemble(plan, scanned.levels)
         return self._outcome(plan, scanned, sent, previous, model_name)
 
-    def _first_sight(self, plan: _Plan, bridge: Bridge, k: int, room: int) -> list[int]:
-        """The tokens of messages ``k..`` at their first-sight forms (computed now: a conversation
-        that never passes the trigger computes none)."""
-        self._forms(plan, bridge, [(p, 0) for p, piece in enumerate(plan.pieces) if piece.message >= k])
-        self._evidence(plan, bridge, room, k)
-        return [self._size(plan, j, 0) for j in range(k, len(plan.request.messages))]
+    def _first_sight(self, plan: _Plan, bridge: Bridge, room: int) -> list[int]:
+        """Every message's tokens at its first-sight form (computed only once the scan needs them: a
+        conversation that never passes the trigger computes none)."""
+        self._forms(plan, bridge, range(len(plan.pieces)))
+        self._evidence(plan, bridge, room)
+        return [self._size(plan, j, resets.FIRST_SIGHT) for j in range(len(plan.request.messages))]
 
     def _recuttable(self, plan: _Plan, number: int) -> bool:
         """A piece a reset may cut: long text (a user message only when it does not fit whole)."""
@@ -246,33 +247,31 @@ class History:
         counted = self._count("\n".join(texts), model) if texts else 0
         return conversation.TOKENS_PER_MESSAGE + counted + conversation.TOKENS_PER_MEDIA_PART * media
 
-    def _forms(self, plan: _Plan, bridge: Bridge, pairs: Sequence[tuple[int, int]]) -> None:
-        """Fill ``plan.forms`` for (piece, level) pairs: from the cache, else computed in the pool."""
+    def _forms(self, plan: _Plan, bridge: Bridge, numbers: Sequence[int]) -> None:
+        """Fill ``plan.forms`` with the first-sight forms of pieces ``numbers``: from the cache, else
+        computed in the pool."""
         settings, model = plan.request.settings.prefix, plan.request.target.model
-        missing: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # form -> budget, its (piece, level)s
-        for number, level in pairs:
-            if (number, level) in plan.forms:
-                continue
-            piece = plan.pieces[number]
-            asked = forms.budget(piece, plan.tokens[number], level, settings, plan.cap)
+        missing: dict[str, tuple[int, list[int]]] = {}  # form -> budget, its pieces
+        for number in numbers:
+            asked = forms.budget(plan.pieces[number], plan.tokens[number], settings, plan.cap)
             if asked is None:
                 continue
-            name = forms.key(piece, asked, plan.salt)
+            name = forms.key(plan.pieces[number], asked, plan.salt)
             cached = self.cache.get(name)
             if cached is not None:
-                plan.forms[(number, level)] = cached
-            else:  # the same text at the same budget (a repeated output, two levels): computed once
-                missing.setdefault(name, (asked, []))[1].append((number, level))
+                plan.forms[(number, resets.FIRST_SIGHT)] = cached
+            else:  # the same text at the same budget (a repeated output): computed once
+                missing.setdefault(name, (asked, []))[1].append(number)
         if not missing:
             return
-        jobs = [(plan.pieces[wanted[0][0]], asked, model) for asked, wanted in missing.values()]
+        jobs = [(plan.pieces[uses[0]], asked, model) for asked, uses in missing.values()]
         for (name, (_, uses)), form in zip(missing.items(), bridge.map(forms.form_job, jobs), strict=True):
             self.cache.put(name, form)
-            for use in uses:
-                plan.forms[use] = form
+            for number in uses:
+                plan.forms[(number, resets.FIRST_SIGHT)] = form
         plan.new_forms += len(missing)
 
-    def _evidence(self, plan: _Plan, bridge: Bridge, room: int, since: int = 0) -> None:
+    def _evidence(self, plan: _Plan, bridge: Bridge, room: int) -> None:
         """Evidence blocks for follow-up questions: each user message after the first, from the
         earlier user messages (pasted documents) their first-sight forms cut
         (``gateway.compress.evidence``). Tool results are not searched: an agent reads again what it
@@ -282,8 +281,7 @@ class History:
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
         missing: dict[str, tuple[int, tuple[Any, ...]]] = {}
         for number, piece in enumerate(plan.pieces):
-            if (not piece.question or piece.message <= first_user or piece.message < since
-                    or settings.evidence == 0):
+            if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
             cut = [q for q in range(number) if plan.pieces[q].question and plan.tokens[q] > plan.cap
                    and plan.pieces[q].message < piece.message]
@@ -424,6 +422,15 @@ def _room(request: Request) -> tuple[int, Callable[[int], int]]:
         return room, lambda fixed: after - fixed
     fill = settings.prefix.reset_fill
     return room, lambda fixed: int(fill * (room - fixed))
+
+
+def _verbatim_first(request: Request) -> bool:
+    """Whether the conversation goes as the client sent it until it first passes the trigger."""
+    wanted = request.settings.prefix.first_sight
+    if wanted == "auto":
+        asked = request.control.budget_tokens or request.settings.budget_tokens
+        return asked == policy.AUTO  # window mode; a cost budget cuts at first sight
+    return wanted == "after_trigger"
 
 
 def _cap(request: Request) -> int:

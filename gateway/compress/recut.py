@@ -33,7 +33,8 @@ def key(pieces: list[forms.Piece], query: str, budget: int, salt: str) -> str:
     return "r" + digest.hexdigest()
 
 
-def recut_job(pieces: list[forms.Piece], query: str, budget: int, model: str | None) -> list[tuple[str, int]]:
+def recut_job(pieces: list[forms.Piece], query: str, budget: int,
+              model: str | None) -> list[tuple[str, int]]:
     """In a worker: each piece's text after the cut, and its tokens."""
     asked = budget - PLACEHOLDER_TOKENS * len(pieces)
     if asked < 1:
@@ -42,9 +43,8 @@ def recut_job(pieces: list[forms.Piece], query: str, budget: int, model: str | N
     texts = [text for parts in split for text in parts.texts]
     titles = [piece.title for piece, parts in zip(pieces, split, strict=True) for _ in parts.texts]
     ends = list(itertools.accumulate(len(text) for text in texts))
-    result = mixpr.compress("".join(texts), budget_tokens=asked, kind="auto", query=query, model=model,
-                            parts=list(zip(ends, titles, strict=True)))
-    kept = iter(result.parts)
+    kept = iter(mixpr.compress("".join(texts), budget_tokens=asked, kind="auto", query=query, model=model,
+                               parts=list(zip(ends, titles, strict=True))).parts if texts else [])
     return [_kept(piece, parts, [next(kept) for _ in parts.texts], model)
             for piece, parts in zip(pieces, split, strict=True)]
 
@@ -84,9 +84,14 @@ def _long_strings(value: Any) -> list[str]:
 
 
 def _kept(piece: forms.Piece, parts: _Parts, kept: list[str], model: str | None) -> tuple[str, int]:
+    """A piece's text from what its parts kept: arguments as JSON again (a value that kept nothing
+    says how long it was), a user message with its question, a piece that kept nothing a placeholder."""
+    if not parts.texts:  # arguments that are not JSON: as they are
+        return piece.text, count_tokens(piece.text, model)
     if parts.arguments is not None:
         values = iter(kept)
-        text = json.dumps(_replaced(parts.arguments, lambda s: next(values) or _omitted(s)), ensure_ascii=False)
+        shrunk = _replaced(parts.arguments, lambda s: next(values) or _omitted(s))
+        text = json.dumps(shrunk, ensure_ascii=False)
     elif not any(k.strip() for k in kept):
         return _placeholder(piece, model) if not parts.after else _with_question(piece, parts, model)
     else:

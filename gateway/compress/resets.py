@@ -48,10 +48,10 @@ class Scan:
 @dataclass(frozen=True)
 class Sizes:
     """Each message's tokens as the client wrote it, and a way to its first-sight forms' tokens
-    (``first_sight(0)``, computed only once the scan needs them)."""
+    (``first_sight()``, computed only once the scan needs them)."""
 
     original: list[int]
-    first_sight: Callable[[int], list[int]]
+    first_sight: Callable[[], list[int]]
     verbatim_first: bool  # messages go as written until the conversation first passes the trigger
 
 
@@ -68,7 +68,7 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
     switched = not sizes.verbatim_first
     for i, original in enumerate(sizes.original):
         if switched:
-            formed = formed or list(sizes.first_sight(0))
+            formed = formed or list(sizes.first_sight())
             level, size = FIRST_SIGHT, formed[i]
         else:
             level, size = ORIGINAL, original
@@ -77,7 +77,7 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
         result.total += size
         if result.total > room:
             if not switched:
-                switched, formed = True, list(sizes.first_sight(0))
+                switched, formed = True, list(sizes.first_sight())
                 _switch(result, current, formed, i)
             _reset(result, current, i, older_end(i), share, movable, recut)
         if result.total > room:

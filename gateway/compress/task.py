@@ -25,11 +25,12 @@ BOILERPLATE = re.compile(
 # A user message that is only a client's project instructions (Codex: AGENTS.md).
 INSTRUCTIONS = re.compile(r"\A\s*# AGENTS\.md instructions for ")
 LONG_CHARS = 16_000  # a user message longer than this (a pasted document) counts by its question
-RECENT = 2  # the agent's latest assistant messages that say what it is doing now
+RECENT = 2  # the agent's latest assistant messages: what it is doing now
 
 
 def query(messages: Sequence[dict[str, Any]], i: int) -> str:
-    """The query of a reset at ``i``: the user's words, then the agent's latest (reads ``0..i`` only)."""
+    """The query of a reset at ``i``: the user's words, then the agent's latest words and calls, and
+    the tool results it has before it now (reads ``0..i`` only)."""
     said = [user_words(m) for m in messages[: i + 1] if m.get("role") == "user"]
     agent = [agent_words(m) for m in messages[: i + 1] if m.get("role") == "assistant"][-RECENT:]
     return "\n\n".join(text for text in [*said, *agent] if text)
@@ -65,3 +66,4 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in _strings(v)]
     return [str(value)] if value is not None else []
+

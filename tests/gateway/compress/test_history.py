@@ -616,7 +616,8 @@ def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
 
 
 def _codeword(number: int) -> str:
-    return f"The codeword is {['amber', 'cobalt', 'saffron', 'umber', 'jade'][number % 5]}-{number * 37 + 11}."
+    colour = ["amber", "cobalt", "saffron", "umber", "jade"][number % 5]
+    return f"The codeword is {colour}-{number * 37 + 11}."
 
 
 def _book_file(number: int) -> str:
@@ -667,7 +668,9 @@ def test_a_reset_keeps_the_file_the_task_names(gateways: list[str], upstream: Fa
     assert len(cut) >= 5, cut
 
 
-def test_a_conversation_that_fits_goes_as_the_client_sent_it(gateways: list[str], upstream: FakeUpstream) -> None:
+def test_a_conversation_that_fits_goes_as_the_client_sent_it(
+    gateways: list[str], upstream: FakeUpstream
+) -> None:
     """Below the trigger (a 1M window, no compress_above_tokens) nothing is cut: every request of a
     loop whose tool results are long reaches the upstream byte for byte as the client sent it."""
     for messages in _chat_loop(6):

@@ -22,7 +22,7 @@ def test_the_scan_is_causal() -> None:
 
     def run(k: int, verbatim: bool, snapshot_at: int = -1) -> resets.Scan:
         return resets.scan(
-            resets.Sizes(sizes[:k], lambda first: [s // 2 for s in sizes[first:k]], verbatim),
+            resets.Sizes(sizes[:k], lambda: [s // 2 for s in sizes[:k]], verbatim),
             10,
             room=2000,
             share=lambda fixed: (2000 - fixed) // 2,
