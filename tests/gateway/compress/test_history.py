@@ -654,11 +654,14 @@ def _file_loop() -> list[list[dict[str, Any]]]:
 
 def test_a_reset_keeps_the_file_the_task_names(gateways: list[str], upstream: FakeUpstream) -> None:
     """When the window forces resets, what the older results keep is chosen for the task: the file it
-    names keeps its codeword, and most files nobody asked for give up their room."""
+    names keeps its codeword, and most files nobody asked for give up their room. A cold instance
+    sends the same bytes."""
     resets = 0
     for messages in _file_loop():
-        headers, _, seen = _chat(gateways[0], upstream, messages, model="agent-files", max_tokens=500)
+        headers, warm, seen = _chat(gateways[0], upstream, messages, model="agent-files", max_tokens=500)
         resets += headers["x-mixpr-reset"] == "true"
+    _, cold, _ = _chat(gateways[1], upstream, messages, model="agent-files", max_tokens=500)
+    assert cold == warm  # an instance that never saw the run finds the same resets, cut the same way
     sent = json.dumps(seen)
     assert resets >= 1 and shape.pairing(seen) == []
     assert _codeword(3) in sent
