@@ -136,8 +136,9 @@ class History:
             sizes, plan.constant, room=room, share=share,
             older_end=lambda i: resets.older_end(request.messages, i),
             last_end=lambda i: resets.last_end(request.messages, i),
-            movable=lambda end, levels: self._movable(plan, end, levels),
-            recut=lambda i, end, budget, levels: self._recut(plan, bridge, i, end, budget, levels),
+            movable=lambda end, levels, wide: self._movable(plan, end, levels, wide),
+            recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
+                                                                   wide),
             snapshot_at=previous)
         sent = self._assemble(plan, scanned.levels)
         return self._outcome(plan, scanned, sent, previous, model_name)
@@ -149,26 +150,32 @@ class History:
         self._evidence(plan, bridge, room)
         return [self._size(plan, j, resets.FIRST_SIGHT) for j in range(len(plan.request.messages))]
 
-    def _recuttable(self, plan: _Plan, number: int) -> bool:
-        """A piece a reset may cut: long text (a user message only when it does not fit whole)."""
+    def _recuttable(self, plan: _Plan, number: int, wide: bool = False) -> bool:
+        """A piece a reset may cut: long text (a user message only when it does not fit whole);
+        ``wide``: anything a placeholder shortens, when nothing else makes the request fit."""
         piece, tokens = plan.pieces[number], plan.tokens[number]
+        if wide:
+            return tokens > recut.PLACEHOLDER_TOKENS * 2
         return tokens > (plan.cap if piece.question else plan.request.settings.prefix.reset_min_tokens)
 
-    def _movable(self, plan: _Plan, end: int, levels: Sequence[resets.Level]) -> int:
+    def _pool(self, plan: _Plan, end: int, wide: bool) -> list[int]:
+        numbers = range(len(plan.pieces)) if wide else plan.recuttable
+        return [n for n in numbers
+                if plan.pieces[n].message < end and (not wide or self._recuttable(plan, n, wide))]
+
+    def _movable(self, plan: _Plan, end: int, levels: Sequence[resets.Level], wide: bool) -> int:
         """Tokens of the pieces a reset over ``[0, end)`` may cut, as they are now."""
         total = 0
-        for number in plan.recuttable:
-            piece = plan.pieces[number]
-            if piece.message < end:
-                form = plan.forms.get((number, levels[piece.message]))
-                total += form[1] if form is not None else plan.tokens[number]
+        for number in self._pool(plan, end, wide):
+            form = plan.forms.get((number, levels[plan.pieces[number].message]))
+            total += form[1] if form is not None else plan.tokens[number]
         return total
 
     def _recut(self, plan: _Plan, bridge: Bridge, i: int, end: int, budget: int,
-               levels: Sequence[resets.Level]) -> dict[int, int]:
+               levels: Sequence[resets.Level], wide: bool) -> dict[int, int]:
         """A reset at ``i``: the long pieces of ``[0, end)`` cut again together, for the task
         (``gateway.compress.recut``); the new size of each message it cut."""
-        numbers = [n for n in plan.recuttable if plan.pieces[n].message < end]
+        numbers = self._pool(plan, end, wide)
         if not numbers:
             return {}
         pool = [plan.pieces[n] for n in numbers]

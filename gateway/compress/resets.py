@@ -28,10 +28,11 @@ Level = int | tuple[int, int]  # ORIGINAL, FIRST_SIGHT, or the (point, end) of t
 ORIGINAL = -1  # the client's own text
 FIRST_SIGHT = 0  # the message's first-sight form
 FIT_TRIES = 3  # a cut that must fit the room is asked again for less at most this many times in all
-# Tokens of the older part ``[0, end)`` that a reset may cut, at the messages' current levels.
-Movable = Callable[[int, Sequence[Level]], int]
+# Tokens of the older part ``[0, end)`` that a reset may cut, at the messages' current levels (``wide``:
+# short texts too, when nothing else makes the request fit).
+Movable = Callable[[int, Sequence[Level], bool], int]
 # A reset at ``i`` over ``[0, end)`` within ``budget`` tokens: the new size of each message it cut.
-Recut = Callable[[int, int, int, Sequence[Level]], dict[int, int]]
+Recut = Callable[[int, int, int, Sequence[Level], bool], dict[int, int]]
 
 
 @dataclass
@@ -60,8 +61,9 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
          recut: Recut, snapshot_at: int = -1) -> Scan:
     """Levels for every message, within ``room`` if resets can make it fit. ``older_end(i)``: a reset
     at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it (``fixed``: the tokens it
-    cannot cut); when that is not enough, ``[0, last_end(i))`` (the newest turn too: a window that
-    small leaves no choice) to whatever fits."""
+    cannot cut); when that is not enough, ``[0, last_end(i))`` (the newest turn too, and short texts:
+    a window that small, or a long chat of short lines, leaves no choice), to the same share and at
+    most the room."""
     result = Scan(total=constant)
     current: list[int] = []
     formed: list[int] = []  # first-sight sizes of every message, once needed
@@ -81,7 +83,7 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
                 _switch(result, current, formed, i)
             _reset(result, current, i, older_end(i), share, movable, recut)
         if result.total > room:
-            _reset(result, current, i, last_end(i), lambda fixed: room - fixed, movable, recut, room)
+            _reset(result, current, i, last_end(i), share, movable, recut, room)
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
@@ -106,12 +108,13 @@ def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[
     markers and placeholders are counted after the fact) is asked again for less."""
     if end <= 0:
         return
-    pool = movable(end, result.levels)
+    wide = room is not None
+    pool = movable(end, result.levels, wide)
     budget = max(0, share(result.total - pool))
     if pool <= budget:
         return
     for _ in range(FIT_TRIES if room is not None else 1):
-        sizes = recut(i, end, budget, result.levels)
+        sizes = recut(i, end, budget, result.levels, wide)
         saved = sum(current[j] - size for j, size in sizes.items())
         over = result.total - saved - (room if room is not None else result.total)
         if over <= 0 or budget == 0:

@@ -11,11 +11,11 @@ def test_the_scan_is_causal() -> None:
     """The reset points and levels of a conversation's first k messages are those of every longer one."""
     sizes = [50, 400, 30, 900, 30, 800, 30, 700, 30, 900, 30, 600]
 
-    def movable(end: int, levels: Any) -> int:
+    def movable(end: int, levels: Any, wide: bool) -> int:
         now = {resets.ORIGINAL: lambda j: sizes[j], resets.FIRST_SIGHT: lambda j: sizes[j] // 2}
         return sum(now.get(levels[j], lambda j: cut[levels[j]])(j) for j in range(end) if sizes[j] > 100)
 
-    def recut(i: int, end: int, budget: int, levels: Any) -> dict[int, int]:
+    def recut(i: int, end: int, budget: int, levels: Any, wide: bool) -> dict[int, int]:
         movable = [j for j in range(end) if sizes[j] > 100]
         cut[(i, end)] = budget // len(movable)
         return {j: budget // len(movable) for j in movable}
