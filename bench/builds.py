@@ -11,7 +11,8 @@ gateway runs it; texts are real (the dev split's agent runs, the haystack books)
 * the event loop's worst stall (wall time between 2 ms heartbeats) while an 8 MB message and a
   5,000-block agent body are prepared;
 * the reset scan's scaling: a cost-mode chat of 1,500 and 3,000 one-line turns (nothing can shrink);
-* the regexes on pathological runs: ``resets.stale`` with a 50 kB hex run, ``grep.file_of`` on a
+* the regexes on pathological runs: a reset's query (``task.query``) with a 50 kB hex run in the
+  agent's arguments, ``grep.file_of`` on a
   20,000-character run of slashes.
 
 Timings on a shared machine are distorted: read them beside the load printed with them.
@@ -29,7 +30,7 @@ from typing import Any
 
 from bench.agents import trajectories
 from bench.data import books
-from gateway.compress import resets
+from gateway.compress import task
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -140,11 +141,13 @@ def regexes() -> None:
     hexed = [{"role": "user", "content": "check"},
              {"role": "assistant", "content": "", "tool_calls": [
                  {"id": "c", "type": "function", "function": {"name": "sha", "arguments": "{}"}}]},
-             {"role": "tool", "tool_call_id": "c", "content": os.urandom(25_000).hex()},
-             {"role": "user", "content": "go on"}]
+             {"role": "tool", "tool_call_id": "c", "content": "ok"},
+             {"role": "assistant", "content": os.urandom(25_000).hex(), "tool_calls": [
+                 {"id": "d", "type": "function", "function": {"name": "sha", "arguments": json.dumps(
+                     {"digest": os.urandom(25_000).hex()})}}]}]
     started = time.perf_counter()
-    resets.stale(hexed, 3, [2])
-    print(f"resets.stale with a 50 kB hex run: {(time.perf_counter() - started) * 1000:.1f} ms")
+    task.query(hexed, 3)
+    print(f"task.query with 50 kB hex runs: {(time.perf_counter() - started) * 1000:.1f} ms")
     started = time.perf_counter()
     file_of("/" * 20_000 + " x")
     elapsed = (time.perf_counter() - started) * 1000

@@ -67,18 +67,19 @@ class Prefix(_Strict):
     (``gateway.compress.resets``)."""
 
     enabled: bool = True
+    # When first-sight forms start: "after_trigger" (a conversation goes as the client sent it until
+    # it first passes the trigger, then one reset switches it to forms), "always", or "auto": after
+    # the trigger in window mode, always with a cost budget (cheaper there, as measured).
+    first_sight: Literal["auto", "after_trigger", "always"] = "auto"
     # A tool result or user message over this many tokens gets a compressed form at first sight ...
     min_tokens: int = Field(1500, ge=1)
     # ... keeping keep_tokens plus this share of the rest.
     keep_tokens: int = Field(1000, ge=16)
     keep: float = Field(0.1, ge=0, le=1)
-    # A reset: "harden" compresses the older part harder (reset_shrink per level, then a placeholder);
-    # "drop" turns the older tool results into placeholders at once.
-    reset: Literal["harden", "drop"] = "harden"
-    reset_shrink: float = Field(0.5, gt=0, lt=1)
-    # After a reset in window mode the forms fill at most this share of the room (cost mode: the budget).
-    reset_fill: float = Field(0.4, gt=0, le=1)
-    # Texts under this many tokens are never compressed, even in resets.
+    # A reset cuts the older messages' long texts again, together, for the task (MixPR), to this share
+    # of the room that what it cannot cut leaves (window mode; cost mode: to budget_tokens in all).
+    reset_fill: float = Field(0.6, gt=0, le=1)
+    # Texts under this many tokens are never cut by a reset (never worth a placeholder).
     reset_min_tokens: int = Field(200, ge=1)
     # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.
     evidence: float = Field(0.1, ge=0, le=1)
@@ -88,11 +89,10 @@ class Prefix(_Strict):
 
 class PrefixOverrides(_Strict):
     enabled: bool | None = None
+    first_sight: Literal["auto", "after_trigger", "always"] | None = None
     min_tokens: int | None = Field(None, ge=1)
     keep_tokens: int | None = Field(None, ge=16)
     keep: float | None = Field(None, ge=0, le=1)
-    reset: Literal["harden", "drop"] | None = None
-    reset_shrink: float | None = Field(None, gt=0, lt=1)
     reset_fill: float | None = Field(None, gt=0, le=1)
     reset_min_tokens: int | None = Field(None, ge=1)
     evidence: float | None = Field(None, ge=0, le=1)

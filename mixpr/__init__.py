@@ -16,7 +16,7 @@ relevance and then the text's structure, ``structure``) -> select (budget) -> re
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +52,7 @@ class Compressed:
     text: str
     spans: list[tuple[int, int]]
     stats: dict = field(default_factory=dict)
+    parts: list[str] = field(default_factory=list)  # with ``parts=``: each part's kept text
 
 
 def compress(
@@ -69,6 +70,7 @@ def compress(
     kind: str | None = None,
     query: str = "",
     source: str | None = None,
+    parts: Sequence[tuple[int, str]] | None = None,
 ) -> Compressed:
     """Keep the chunks of ``text`` that matter for its final question.
 
@@ -88,7 +90,16 @@ def compress(
     text shows, when the caller knows it and the text does not say). ``None``: today's behaviour.
     A caller that budgets by kind (file views kept more than logs) asks ``mixpr.kinds.resolve``
     first and passes the kind it found.
+
+    ``parts`` (with ``kind``): ``text`` is several outputs laid end to end, each given as (its end
+    offset, its title: what produced it, e.g. the tool call). Each is cut by its own kind, the
+    title's words count in each of its blocks, all blocks are ranked in one graph against ``query``
+    and kept within one ``budget_tokens``: an output the query needs keeps its lines, others give
+    up their room. ``Compressed.parts`` holds each part's kept text with its markers ("" for a part
+    that keeps nothing); ``text`` is their concatenation.
     """
+    if parts is not None:
+        return _compress_parts(text, budget_tokens, kind, query, list(parts), model, original_tokens, source)
     if kind is not None or query or source is not None:
         return _compress_kind(text, budget_tokens, kind, query, source, model, original_tokens,
                               (top_k, route, method, tuple(boundaries), query_span))  # fmt: skip
@@ -140,6 +151,27 @@ def _compress_kind(text, budget_tokens, kind, query, source, model, original_tok
     )  # fmt: skip
     stats.update(found, timings_ms=clock.timings())
     return Compressed(kept, spans, stats)
+
+
+def _compress_parts(text, budget_tokens, kind, query, parts, model, original_tokens, source) -> Compressed:
+    """``compress`` for several typed outputs under one budget (``mixpr.outputs.compress_parts``)."""
+    _validate_kind(kind, budget_tokens, (None, "auto", "mixpr", (), None))
+    ends = [end for end, _ in parts]
+    if source is not None or any(not isinstance(title, str) for _, title in parts) or ends != sorted(ends) \
+            or not ends or ends[-1] != len(text) or ends[0] < 0:
+        raise ValueError("parts must be (end, title) pairs with increasing ends, the last at len(text); "
+                         "no source (each part's title names what it shows)")
+    clock = _Clock()
+    if original_tokens is None:
+        original_tokens = clock.run("count", count_tokens, text, model)
+    stats = {"method": "mixpr", "route": "mixture", "router": None, "alpha": None,
+             "original_tokens": original_tokens}
+    kept, spans, found, texts = clock.run(
+        "rank", outputs.compress_parts, text, parts=parts, kind=kind, query=query,
+        budget_tokens=budget_tokens, model=model, tokens=original_tokens,
+    )  # fmt: skip
+    stats.update(found, timings_ms=clock.timings())
+    return Compressed(kept, spans, stats, texts)
 
 
 def _validate_kind(kind, budget_tokens, others) -> None:

@@ -20,6 +20,7 @@ All steps are sparse products or chains: linear in the text.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from mixpr import experts, identifiers, kinds, markers, pagerank
 from mixpr.embedding import bm25, tfidf, unit_rows
@@ -34,6 +35,9 @@ GLOBAL_WEIGHT = 0.5
 FIT_ROUNDS = 5
 # A marker costs about this many tokens; a gap that costs no more is kept instead of cut.
 MARKER_TOKENS = 16
+# A part's title (the tool call that produced it) counts in each of its blocks at this weight: a task
+# that names a file finds every block of the output that shows it, and the block's own words decide.
+TITLE_WEIGHT = 0.5
 
 
 def compress_blocks(
@@ -62,9 +66,13 @@ def compress_blocks(
     return kept, spans, stats
 
 
-def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
-    """The fused rank score of every block; pinned blocks above all others."""
-    counts, _, asked = identifiers.counts_and_words(blocks.texts(), query)
+def block_scores(
+    blocks: kinds.Blocks, query: str, titles: tuple[list[str], np.ndarray] | None = None
+) -> np.ndarray:
+    """The fused rank score of every block; pinned blocks above all others. ``titles``: texts, and
+    per block the index of its own (what produced the output it belongs to), whose words count in
+    the block at ``TITLE_WEIGHT``."""
+    counts, _, asked = _counts(blocks.texts(), query, titles)
     if counts.shape[1] == 0:
         return blocks.pinned.astype(np.float64)
     W = bm25(counts)
@@ -80,6 +88,16 @@ def block_scores(blocks: kinds.Blocks, query: str) -> np.ndarray:
     if blocks.prior is not None:
         scores = scores * blocks.prior
     return scores + blocks.pinned * (scores.max() + 1.0)  # each pinned level above all below it
+
+
+def _counts(texts: list[str], query: str, titles: tuple[list[str], np.ndarray] | None):
+    if titles is None:
+        return identifiers.counts_and_words(texts, query)
+    names, owner = titles
+    counts, words, asked = identifiers.counts_and_words([*texts, *names], query)
+    n = len(texts)
+    pick = sp.csr_matrix((np.full(n, TITLE_WEIGHT), (np.arange(n), owner)), shape=(n, len(names)))
+    return (counts[:n] + pick @ counts[n:]).tocsr(), words, asked
 
 
 def _relevance(W, asked: np.ndarray, uncommon: np.ndarray) -> np.ndarray:
@@ -123,3 +141,91 @@ def filled(keep: np.ndarray, cost: np.ndarray) -> np.ndarray:
         if b > a + 1 and gaps_before[b] - gaps_before[a + 1] <= MARKER_TOKENS
     ]
     return np.union1d(keep, np.concatenate(inside)).astype(np.int64) if inside else keep
+
+
+# -- several outputs under one budget ------------------------------------------------------------
+
+
+def compress_parts(
+    text: str,
+    *,
+    parts: list[tuple[int, str]],
+    kind: str,
+    query: str,
+    budget_tokens: int,
+    model: str | None,
+    tokens: int,
+) -> tuple[str, list[tuple[int, int]], dict, list[str]]:
+    """Several outputs laid end to end (``parts``: each one's end offset and title), ranked in one
+    graph and kept within one budget: the kept text (the parts' kept texts, one after the other),
+    the kept blocks' spans in ``text``, stats, and each part's kept text with its markers ("" when it
+    keeps nothing). Pins give no precedence across parts: the header of an output nobody needs is
+    not worth its room."""
+    ends = [end for end, _ in parts]
+    split = [_split(text[a:b], kind) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    owner = np.concatenate([np.full(len(b), i, dtype=np.int64) for i, b in enumerate(split)])
+    joined = _joined(text, split, [0, *ends[:-1]])
+    titles = ([title for _, title in parts], owner)
+    scores = block_scores(joined, query, titles) if len(joined) else owner * 0.0
+    per_char = tokens / max(1, len(text))
+    keep, texts, kept_tokens = _fit_parts(split, joined, owner, scores, budget_tokens, model, per_char)
+    spans = list(zip(joined.starts[keep].tolist(), joined.ends[keep].tolist(), strict=True))
+    stats = {"kind": "parts", "original_chunks": len(joined), "kept_chunks": len(keep),
+             "kept_tokens": kept_tokens}
+    return "".join(texts), spans, stats, texts
+
+
+def _split(text: str, kind: str) -> kinds.Blocks:
+    return kinds.split(text, kinds.resolve(text, kind) if text.strip() else "prose")
+
+
+def _joined(text: str, split: list[kinds.Blocks], starts: list[int]) -> kinds.Blocks:
+    """The parts' blocks as blocks of the whole text (for ranking: no pins, no markers)."""
+    def cat(values: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
+
+    lo = cat([b.starts + at for b, at in zip(split, starts, strict=True)])
+    hi = cat([b.ends + at for b, at in zip(split, starts, strict=True)])
+    zeros = np.zeros(len(lo), dtype=np.int8)
+    priors = [b.prior if b.prior is not None else np.ones(len(b)) for b in split]
+    prior = np.concatenate(priors) if priors else None
+    return kinds.Blocks(text, lo, hi, zeros.astype(np.int64), zeros.astype(np.int64), zeros, prior=prior)
+
+
+def _fit_parts(split: list[kinds.Blocks], joined: kinds.Blocks, owner: np.ndarray, scores: np.ndarray,
+               budget: int, model: str | None, per_char: float) -> tuple[np.ndarray, list[str], int]:
+    """Best blocks first across all parts within the budget, recounted exactly with their markers."""
+    sizes = (joined.ends - joined.starts).astype(np.float64) * per_char
+    order = np.argsort(-scores, kind="stable")
+    cumulative = np.cumsum(sizes[order])
+    room, taken = float(budget), 0
+    for _ in range(FIT_ROUNDS):
+        taken = int(np.searchsorted(cumulative, room, side="right"))
+        keep, texts = _assembled(split, owner, np.sort(order[:taken]), sizes)
+        tokens = count_tokens("".join(texts), model)
+        if 0.97 * budget <= tokens <= budget or (taken == 0 and tokens <= budget):
+            return keep, texts, tokens
+        room *= budget / max(1, tokens)
+    while tokens > budget and taken > 0:
+        excess = np.cumsum(sizes[order[:taken]][::-1])
+        taken -= max(1, min(taken, int(np.searchsorted(excess, tokens - budget)) + 1))
+        keep, texts = _assembled(split, owner, np.sort(order[:taken]), sizes)
+        tokens = count_tokens("".join(texts), model)
+    return keep, texts, tokens
+
+
+def _assembled(split: list[kinds.Blocks], owner: np.ndarray, keep: np.ndarray,
+               sizes: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Each part's kept blocks (gaps no dearer than a marker filled in) with markers; "" for a part
+    that keeps none. Returns the kept blocks' global indices too."""
+    first = np.concatenate(([0], np.cumsum([len(b) for b in split])))
+    kept, texts = [], []
+    for i, blocks in enumerate(split):
+        mine = keep[owner[keep] == i] - first[i]
+        if len(mine) == 0:
+            texts.append("")
+            continue
+        mine = filled(mine, sizes[first[i] : first[i + 1]])
+        kept.append(mine + first[i])
+        texts.append(markers.assemble(blocks, mine))
+    return (np.concatenate(kept) if kept else np.zeros(0, dtype=np.int64)), texts

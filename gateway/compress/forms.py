@@ -7,10 +7,11 @@ message for its own question (its last paragraph). Nothing of later turns enters
 cold or warm, computes the same bytes for it, and a request's compressed form is the concatenation of
 its messages' forms (``gateway.compress.history``).
 
-A form has a *level*: 0 is the first-sight form (the message itself when it is short, an error, or
-not text); each deliberate reset (``gateway.compress.resets``) that covers a message raises its
-level by one, which compresses it harder (and then also the agent's own words and the long string
-values of its old tool-call arguments, the JSON staying valid), down to a one-line placeholder.
+This is the *first-sight* form (the message itself when it is short, an error, or not text). A
+deliberate reset (``gateway.compress.resets``) later cuts the older messages again, together and for
+the task (``gateway.compress.recut``): the agent's own long words and the long string values of its
+old tool-call arguments too (the JSON staying valid), a piece that keeps nothing becoming a one-line
+placeholder.
 
 Forms are computed in the worker pool (``form_job``) and remembered by content hash in a
 :class:`FormCache`, bounded in bytes, least recently used first, with a per-entry cap so that one
@@ -25,7 +26,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mixpr
@@ -39,10 +40,6 @@ QUESTION_MAX_CHARS = 2000  # a user message's question: its last paragraph, at m
 ERROR_START = re.compile(r"\A\s*(?:error\b|exception\b|traceback \(most recent call last\)|fatal\b|"
                          r"\S+: (?:command not found|no such file or directory))", re.IGNORECASE)
 ERROR_MAX_CHARS = 20_000  # a longer output that starts with "Error" is a log like any other
-PLACEHOLDER_MIN_TOKENS = 48  # a harder budget below this: the placeholder says more per token
-# The last level: every text over PLACEHOLDER_MIN_TOKENS is a placeholder (a long chat of short
-# lines still fits a cost budget).
-TOP_LEVEL = 6
 ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as written
 
 
@@ -60,6 +57,7 @@ class Piece:
     source: str | None  # the file a tool result shows, when the call names it
     question: bool  # a user message: its last paragraph is its question and is always kept
     first_sight: bool  # compressed from level 0 (else only in resets)
+    title: str = ""  # what produced it: a tool result's call (name and arguments)
 
 
 def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozenset()) -> list[Piece]:
@@ -82,7 +80,9 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
             function, said = calls.get(message.get("tool_call_id") or "", ({}, ""))
             query = "\n".join((f"{function.get('name', '')} {function.get('arguments', '')}", said, task))
             source = _path(function.get("arguments"))
-            found += _texts(index, message, query, source, question=False, first=True)
+            title = f"{function.get('name', '')} {function.get('arguments', '')}"
+            found += [replace(p, title=title) for p in _texts(index, message, query, source, question=False,
+                                                                first=True)]
         elif role == "user":
             found += _texts(index, message, "", None, question=True, first=True)
     return found
@@ -132,26 +132,16 @@ def _path(arguments: Any) -> str | None:
 # -- budgets ---------------------------------------------------------------------------------------
 
 
-def budget(piece: Piece, tokens: int, level: int, settings: Prefix, cap: int) -> int | None:
-    """Tokens ``piece`` (of ``tokens``) keeps at ``level``; None: sent as it is; 0: a placeholder.
-    ``cap``: the most a first-sight form may keep (a share of the room: a small window). A user
-    message (a task, instructions, a pasted document) is cut at first sight only over ``cap``: what
-    the user wrote is read whole while it fits."""
-    first = tokens
+def budget(piece: Piece, tokens: int, settings: Prefix, cap: int) -> int | None:
+    """Tokens ``piece`` (of ``tokens``) keeps at first sight; None: sent as it is. ``cap``: the most a
+    first-sight form may keep (a share of the room: a small window). A user message (a task,
+    instructions, a pasted document) is cut at first sight only over ``cap``: what the user wrote is
+    read whole while it fits. Later cuts are a reset's (``gateway.compress.recut``)."""
     above = cap if piece.question else min(settings.min_tokens, cap)
-    if piece.first_sight and tokens > above:
-        first = min(tokens, cap, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
-    kept = first if first < tokens else None  # a harder level never keeps more than the first-sight form
-    if level == 0:
-        return kept
-    if level >= TOP_LEVEL:
-        return 0 if tokens > PLACEHOLDER_MIN_TOKENS else kept
-    if tokens <= (cap if piece.question else settings.reset_min_tokens):
-        return kept  # what the user wrote stays whole in resets too, while it fits
-    if settings.reset == "drop" and piece.role == "tool":
-        return 0
-    harder = int(first * settings.reset_shrink ** level)
-    return harder if harder >= PLACEHOLDER_MIN_TOKENS else 0
+    if not piece.first_sight or tokens <= above:
+        return None
+    first = min(tokens, cap, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
+    return first if first < tokens else None
 
 
 def key(piece: Piece, asked: int, salt: str) -> str:

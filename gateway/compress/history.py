@@ -24,11 +24,11 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.compress import checks, conversation, evidence, forms, policy, resets
+from gateway.compress import checks, conversation, evidence, forms, policy, recut, resets, task
 from gateway.compress import messages as shape
 from gateway.compress.compressor import Compressor, Outcome, Router
 from gateway.compress.policy import Control, Target
@@ -42,8 +42,7 @@ from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.compress.history")
 
-ORIGINAL = -1  # the level of no form at all: the client's own text
-MAX_LEVEL = forms.TOP_LEVEL  # resets a message can go through; at the last one it is a placeholder
+ORIGINAL = resets.ORIGINAL  # the level of no form at all: the client's own text
 BREAKPOINT = {"type": "ephemeral"}
 MAX_BREAKPOINTS = 4  # Anthropic's limit per request
 CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
@@ -74,10 +73,12 @@ class _Plan:
     constant: int  # tools and the reply's priming
     salt: str
     cap: int  # the most one first-sight form keeps: half of what a reset brings the forms down to
-    forms: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)  # (piece, level) -> form
+    # (piece, level) -> its form
+    forms: dict[tuple[int, resets.Level], tuple[str, int]] = field(default_factory=dict)
     evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
     new_forms: int = 0  # forms computed for this request (found neither in memory nor in Redis)
     failed: int = 0  # forms and evidence blocks the pool failed to compute (their pieces keep what they had)
+    recuttable: list[int] = field(default_factory=list)  # the pieces a reset may cut
 
 
 class History:
@@ -141,21 +142,77 @@ class History:
 
     def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
         plan = self._plan(request, bridge.loop)
-        self._forms(plan, bridge, [(p, 0) for p in range(len(plan.pieces))])
-        room, after = _room(request)
-        self._evidence(plan, bridge, request.target.counted(room))
+        room, share = _room(request)
         ends = resets.turn_ends(request.messages)
         reach = resets.Reach(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
+        sizes = resets.Sizes([self._size(plan, j, ORIGINAL) for j in range(len(request.messages))],
+                             lambda: self._first_sight(plan, bridge, room),
+                             _verbatim_first(request))
         scanned = resets.scan(
-            [self._size(plan, j, 0) for j in range(len(request.messages))], plan.constant,
-            room=request.target.counted(room), after=request.target.counted(after),
+            sizes, plan.constant, room=room, share=share,
             older_end=reach.older_end, last_end=reach.last_end,
-            harder=lambda js, levels: self._sizes(plan, bridge, js, levels),
-            max_level=MAX_LEVEL, snapshot_at=previous,
-            stale=lambda i, older: resets.stale(request.messages, i, older))
+            movable=lambda end, levels, wide: self._movable(plan, end, levels, wide),
+            recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
+                                                                   wide),
+            snapshot_at=previous)
         sent = self._assemble(plan, scanned.levels)
         return self._outcome(plan, scanned, sent, previous, model_name)
+
+    def _first_sight(self, plan: _Plan, bridge: Bridge, room: int) -> list[int]:
+        """Every message's tokens at its first-sight form (computed only once the scan needs them: a
+        conversation that never passes the trigger computes none)."""
+        self._forms(plan, bridge, range(len(plan.pieces)))
+        self._evidence(plan, bridge, room)
+        return [self._size(plan, j, resets.FIRST_SIGHT) for j in range(len(plan.request.messages))]
+
+    def _recuttable(self, plan: _Plan, number: int, wide: bool = False) -> bool:
+        """A piece a reset may cut: long text (a user message only when it does not fit whole);
+        ``wide``: anything a placeholder shortens, when nothing else makes the request fit."""
+        piece, tokens = plan.pieces[number], plan.tokens[number]
+        if wide:
+            return tokens > recut.PLACEHOLDER_TOKENS * 2
+        return tokens > (plan.cap if piece.question else plan.request.settings.prefix.reset_min_tokens)
+
+    def _pool(self, plan: _Plan, end: int, wide: bool) -> list[int]:
+        numbers = range(len(plan.pieces)) if wide else plan.recuttable
+        return [n for n in numbers
+                if plan.pieces[n].message < end and (not wide or self._recuttable(plan, n, wide))]
+
+    def _movable(self, plan: _Plan, end: int, levels: Sequence[resets.Level], wide: bool) -> int:
+        """Tokens of the pieces a reset over ``[0, end)`` may cut, as they are now."""
+        total = 0
+        for number in self._pool(plan, end, wide):
+            form = plan.forms.get((number, levels[plan.pieces[number].message]))
+            total += form[1] if form is not None else plan.tokens[number]
+        return total
+
+    def _recut(self, plan: _Plan, bridge: Bridge, i: int, end: int, budget: int,
+               levels: Sequence[resets.Level], wide: bool) -> dict[int, int]:
+        """A reset at ``i``: the long pieces of ``[0, end)`` cut again together, for the task
+        (``gateway.compress.recut``); the new size of each message it cut."""
+        numbers = self._pool(plan, end, wide)
+        if not numbers:
+            return {}
+        pool = [plan.pieces[n] for n in numbers]
+        query = task.query(plan.request.messages, i)
+        name = recut.key(pool, query, budget, plan.salt)
+        names = [f"{name}:{k}" for k in range(len(pool))]
+        known = self.store.found(names, bridge.loop)
+        if len(known) < len(names):
+            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model)])
+            if done is None:  # the pool failed it: no reset here (the request may still fit, or not)
+                plan.failed += 1
+                return {}
+            known = dict(zip(names, done, strict=True))
+            self.store.keep(known, bridge.loop)
+            plan.new_forms += 1
+        found = [known[n] for n in names]
+        level = (i, end)
+        for number, form in zip(numbers, found, strict=True):
+            plan.forms[(number, level)] = form
+        touched = {plan.pieces[n].message for n in numbers}
+        return {j: self._size(plan, j, level) for j in sorted(touched)}
 
     def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
         self.sent.put(chain(request.messages, model_name)[-1], [digest(m) for m in sent])
@@ -175,8 +232,10 @@ class History:
                 for _, media in rests]
         constant = conversation.TOKENS_PER_REPLY + (next(counted) if tools else 0)
         salt = json.dumps([request.settings.prefix.model_dump(mode="json"), model])
-        cap = max(1, request.target.counted(_room(request)[1]) // CAP_SHARE)
-        return _Plan(request, found, tokens, by_message, rest, constant, salt, cap)
+        cap = _cap(request)
+        plan = _Plan(request, found, tokens, by_message, rest, constant, salt, cap)
+        plan.recuttable = [n for n in range(len(found)) if self._recuttable(plan, n)]
+        return plan
 
     def _counts(self, texts: list[str], model: str, loop: asyncio.AbstractEventLoop) -> list[int]:
         """Tokens of each of ``texts``, remembered by content hash (histories repeat every message)."""
@@ -190,28 +249,25 @@ class History:
         self.store.keep(computed, loop)
         return [(known.get(name) or computed[name])[1] for name in names]
 
-    def _forms(self, plan: _Plan, bridge: Bridge, pairs: Sequence[tuple[int, int]]) -> None:
-        """Fill ``plan.forms`` for (piece, level) pairs: from memory or Redis, else computed in the pool."""
+    def _forms(self, plan: _Plan, bridge: Bridge, numbers: Sequence[int]) -> None:
+        """Fill ``plan.forms`` with the first-sight forms of pieces ``numbers``: from memory or Redis,
+        else computed in the pool. A piece whose form failed keeps its own text."""
         settings, model = plan.request.settings.prefix, plan.request.target.model
-        wanted: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # form -> budget, its (piece, level)s
-        for number, level in pairs:
-            if (number, level) in plan.forms:
-                continue
-            piece = plan.pieces[number]
-            asked = forms.budget(piece, plan.tokens[number], level, settings, plan.cap)
+        wanted: dict[str, tuple[int, list[int]]] = {}  # form -> budget, its pieces
+        for number in numbers:
+            asked = forms.budget(plan.pieces[number], plan.tokens[number], settings, plan.cap)
             if asked is not None:  # the same text at the same budget (a repeated output): one form
-                wanted.setdefault(forms.key(piece, asked, plan.salt), (asked, []))[1].append((number, level))
+                name = forms.key(plan.pieces[number], asked, plan.salt)
+                wanted.setdefault(name, (asked, []))[1].append(number)
         known = self.store.found(list(wanted), bridge.loop)
         missing = {name: job for name, job in wanted.items() if name not in known}
         if missing:
-            jobs = [(plan.pieces[uses[0][0]], asked, model) for asked, uses in missing.values()]
+            jobs = [(plan.pieces[uses[0]], asked, model) for asked, uses in missing.values()]
             known |= self._computed(plan, bridge, missing, forms.form_job, jobs)
         for name, (_, uses) in wanted.items():
-            for number, level in uses:
+            for number in uses:
                 if name in known:
-                    plan.forms[(number, level)] = known[name]
-                else:
-                    _keep_lower(plan, number, level)
+                    plan.forms[(number, resets.FIRST_SIGHT)] = known[name]
 
     def _computed(self, plan: _Plan, bridge: Bridge, missing: dict[str, Any], job: Any,
                   jobs: list[tuple[Any, ...]]) -> dict[str, tuple[str, int]]:
@@ -236,7 +292,7 @@ class History:
         for number, piece in enumerate(plan.pieces):
             if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
-            cut = [q for q in range(number) if (q, 0) in plan.forms and plan.pieces[q].question
+            cut = [q for q in range(number) if plan.pieces[q].question and plan.tokens[q] > plan.cap
                    and plan.pieces[q].message < piece.message]
             if not cut:
                 continue
@@ -256,7 +312,7 @@ class History:
             if name in known:  # a failed block: that follow-up goes without evidence
                 plan.evidence[number] = known[name]
 
-    def _size(self, plan: _Plan, message: int, level: int) -> int:
+    def _size(self, plan: _Plan, message: int, level: resets.Level) -> int:
         total = plan.rest[message]
         for number in plan.by_message.get(message, ()):
             form = plan.forms.get((number, level))
@@ -265,13 +321,7 @@ class History:
                 total += plan.evidence[number][1]
         return total
 
-    def _sizes(self, plan: _Plan, bridge: Bridge, messages: Sequence[int],
-               levels: Sequence[int]) -> list[int]:
-        pairs = list(zip(messages, levels, strict=True))
-        self._forms(plan, bridge, [(p, level) for j, level in pairs for p in plan.by_message.get(j, ())])
-        return [self._size(plan, j, level) for j, level in zip(messages, levels, strict=True)]
-
-    def _assemble(self, plan: _Plan, levels: list[int]) -> list[dict[str, Any]]:
+    def _assemble(self, plan: _Plan, levels: list[resets.Level]) -> list[dict[str, Any]]:
         """The client's messages with each piece's form in its place (copied on write)."""
         sent = list(plan.request.messages)
         for message, numbers in plan.by_message.items():
@@ -358,16 +408,7 @@ def _unsafe(request: Request, problems: list[str], original: int) -> Outcome:
         f"was not sent.", param="messages")
 
 
-def _keep_lower(plan: _Plan, number: int, level: int) -> None:
-    """A piece whose form at ``level`` failed keeps its form at the highest level below (none: its
-    own text). Not cached: another request computes it again."""
-    lower = next((plan.forms[(number, below)] for below in range(level - 1, -1, -1)
-                  if (number, below) in plan.forms), None)
-    if lower is not None:
-        plan.forms[(number, level)] = lower
-
-
-def _text(plan: _Plan, number: int, level: int) -> str:
+def _text(plan: _Plan, number: int, level: resets.Level) -> str:
     """What is sent for a piece at ``level``: its form (or its text), after its evidence block."""
     form = plan.forms.get((number, level))
     text = form[0] if form is not None else plan.pieces[number].text
@@ -413,15 +454,38 @@ def _multi_turn(request: Request) -> bool:
             and any(m.get("role") == "assistant" for m in request.messages))
 
 
-def _room(request: Request) -> tuple[int, int]:
-    """Where a reset happens (tokens) and what it brings the forms down to."""
+def _room(request: Request) -> tuple[int, Callable[[int], int]]:
+    """Where a reset happens (tokens), and what a reset leaves the text it may cut, given the tokens
+    it cannot (``fixed``): in window mode ``reset_fill`` of the room those leave; in cost mode what
+    the budget leaves."""
+    target, settings, control = request.target, request.settings, request.control
+    threshold = policy.threshold(target, settings, control)
+    room = target.counted(target.limit if threshold is None else min(threshold, target.limit))
+    asked = control.budget_tokens or settings.budget_tokens
+    if asked != policy.AUTO:
+        after = target.counted(min(int(asked), room))
+        return room, lambda fixed: after - fixed
+    fill = settings.prefix.reset_fill
+    return room, lambda fixed: int(fill * (room - fixed))
+
+
+def _verbatim_first(request: Request) -> bool:
+    """Whether the conversation goes as the client sent it until it first passes the trigger."""
+    wanted = request.settings.prefix.first_sight
+    if wanted == "auto":
+        asked = request.control.budget_tokens or request.settings.budget_tokens
+        return asked == policy.AUTO  # window mode; a cost budget cuts at first sight
+    return wanted == "after_trigger"
+
+
+def _cap(request: Request) -> int:
+    """The most one first-sight form keeps: ``reset_fill`` of the room (cost mode: the budget)."""
     target, settings, control = request.target, request.settings, request.control
     threshold = policy.threshold(target, settings, control)
     room = target.limit if threshold is None else min(threshold, target.limit)
     asked = control.budget_tokens or settings.budget_tokens
-    if asked != policy.AUTO:
-        return room, min(int(asked), room)  # a cost budget: the trigger (or the window), then the budget
-    return room, int(room * settings.prefix.reset_fill)
+    after = min(int(asked), room) if asked != policy.AUTO else int(room * settings.prefix.reset_fill)
+    return max(1, target.counted(after) // CAP_SHARE)
 
 
 def _with_forms(message: dict[str, Any], replaced: list[tuple[forms.Piece, str]]) -> dict[str, Any]:

@@ -1,33 +1,39 @@
-"""Deliberate, rare resets: when the messages' forms no longer fit, the older part goes harder, once.
+"""Deliberate, rare resets: when the messages no longer fit, the older part is cut again for the task.
 
-The scan is causal. It walks the messages in order, adding each one's tokens at its current level;
-where the sum first exceeds ``room`` (the window's room, or the trigger in cost mode) is a *reset
-point*: the oldest messages of the older part (before the newest turn) go up by the fewest levels,
-and then as few of them as bring the sum down to ``after`` (a share of the room, or the cost
-budget), in one step, and the walk goes on. The decision at message ``i`` reads messages ``0..i``
-only, so the scan over a request's first ``k`` messages finds the same points as the scan of every
-later request of the conversation: a cold instance reproduces them, and between two resets a
-conversation only appends.
+The scan is causal. It walks the messages in order, adding each one's tokens as first sent (as the
+client wrote it until the conversation first passes the trigger, when ``verbatim_first`` asks for
+that; its first-sight form otherwise); where the sum first exceeds ``room`` (the window's room, or
+the trigger in cost mode) is a *reset point* ``i``: the older part (before the newest turn) is
+compressed again, as one text under one budget (``recut``: MixPR for the task and what the agent is
+doing at ``i``, ``gateway.compress.history``), so that the total comes to what ``share`` leaves
+it, and the walk goes on. The decision at message ``i`` reads messages ``0..i`` only, and a reset's
+result is a pure function of them, so the scan over a request's first ``k`` messages finds the same
+points and levels as the scan of every later request of the conversation: a cold instance
+reproduces them, and between two resets a conversation only appends.
 
-What a reset may touch is read from the messages here too (``older_end``, ``last_end``, ``stale``):
-never the newest turn while the older part is enough, never a thinking block or what precedes it
-within its tool loop, and first the tool outputs the agent no longer refers to.
+What a reset may touch is read from the messages here too (``older_end``, ``last_end``): never the
+newest turn while the older part is enough, never a thinking block or what precedes it within its
+tool loop.
 """
 
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.compress import messages as shape
 
-# Sizes of messages ``indices`` at ``levels`` (computing their forms when needed).
-Sizes = Callable[[Sequence[int], Sequence[int]], list[int]]
-# Of the older messages a reset at ``i`` may harden, those the agent no longer works on.
-Stale = Callable[[int, list[int]], list[int]]
+Level = int | tuple[int, int]  # ORIGINAL, FIRST_SIGHT, or the (point, end) of the reset that cut it
+ORIGINAL = -1  # the client's own text
+FIRST_SIGHT = 0  # the message's first-sight form
+FIT_TRIES = 3  # a cut that must fit the room is asked again for less at most this many times in all
+# Tokens of the older part ``[0, end)`` that a reset may cut, at the messages' current levels (``wide``:
+# short texts too, when nothing else makes the request fit).
+Movable = Callable[[int, Sequence[Level], bool], int]
+# A reset at ``i`` over ``[0, end)`` within ``budget`` tokens: the new size of each message it cut.
+Recut = Callable[[int, int, int, Sequence[Level], bool], dict[int, int]]
 
 
 @dataclass
@@ -35,114 +41,93 @@ class Scan:
     """Levels per message after the scan, where resets happened, and the levels as they were when
     the scan had read message ``snapshot_at`` (what the previous request of the conversation sent)."""
 
-    levels: list[int]
+    levels: list[Level] = field(default_factory=list)
     points: list[int] = field(default_factory=list)
-    snapshot: list[int] | None = None
+    snapshot: list[Level] | None = None
     total: int = 0
 
 
-def scan(sizes: list[int], constant: int, *, room: int, after: int, older_end: Callable[[int], int],
-         last_end: Callable[[int], int], harder: Sizes, max_level: int, snapshot_at: int = -1,
-         stale: Stale | None = None) -> Scan:
-    """Levels for every message (``sizes``: their tokens at level 0), within ``room`` if resets can
-    make it fit. ``older_end(i)``: the older part a reset at ``i`` hardens is ``[0, older_end(i))``;
-    when that is not enough, ``[0, last_end(i))`` (the newest turn too: a window that small leaves
-    no choice). ``stale(i, older)``: those of them a reset at ``i`` would rather harden (reading
-    messages ``0..i`` only) go harder first, and alone when that brings the total halfway between
-    ``after`` and ``room``."""
-    current = list(sizes)
-    result = Scan([0] * len(sizes), total=constant)
-    stuck = _Stuck(result, current, harder, max_level)
-    for i, size in enumerate(sizes):
+@dataclass(frozen=True)
+class Sizes:
+    """Each message's tokens as the client wrote it, and a way to its first-sight forms' tokens
+    (``first_sight()``, computed only once the scan needs them)."""
+
+    original: list[int]
+    first_sight: Callable[[], list[int]]
+    verbatim_first: bool  # messages go as written until the conversation first passes the trigger
+
+
+def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
+         older_end: Callable[[int], int], last_end: Callable[[int], int], movable: Movable,
+         recut: Recut, snapshot_at: int = -1) -> Scan:
+    """Levels for every message, within ``room`` if resets can make it fit. ``older_end(i)``: a reset
+    at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it (``fixed``: the tokens it
+    cannot cut); when that is not enough, ``[0, last_end(i))`` (the newest turn too, and short texts:
+    a window that small, or a long chat of short lines, leaves no choice), to the same share and at
+    most the room."""
+    result = Scan(total=constant)
+    current: list[int] = []
+    formed: list[int] = []  # first-sight sizes of every message, once needed
+    switched = not sizes.verbatim_first
+    for i, original in enumerate(sizes.original):
+        if switched:
+            formed = formed or list(sizes.first_sight())
+            level, size = FIRST_SIGHT, formed[i]
+        else:
+            level, size = ORIGINAL, original
+        result.levels.append(level)
+        current.append(size)
         result.total += size
-        if result.total > room and stuck.may_gain(older_end(i)):
-            stuck.gained(_reset(result, current, i, older_end(i), after, harder, max_level, stale,
-                                (after + room) // 2))
-        if result.total > room and stuck.may_gain(last_end(i)):
-            stuck.gained(_reset(result, current, i, last_end(i), room, harder, max_level, stale))
+        if result.total > room:
+            if not switched:
+                switched, formed = True, list(sizes.first_sight())
+                _switch(result, current, formed, i)
+            _reset(result, current, i, older_end(i), share, movable, recut)
+        if result.total > room:
+            _reset(result, current, i, last_end(i), share, movable, recut, room)
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
 
 
-class _Stuck:
-    """How far the messages cannot shrink: every message before ``end`` below the last level is no
-    smaller at the last level than it is now, so a reset there would change nothing. Once a
-    conversation is over the room with nothing left to shrink (cost mode, a long chat of short
-    lines), each later message then asks only about the messages new since, not all of them again:
-    the scan stays linear. A reset that gains starts the knowledge over."""
-
-    def __init__(self, result: Scan, current: list[int], harder: Sizes, max_level: int) -> None:
-        self.result, self.current, self.harder, self.max_level = result, current, harder, max_level
-        self.end = 0
-
-    def gained(self, gained: bool) -> None:
-        if gained:  # sizes changed: what was known is asked again
-            self.end = 0
-
-    def may_gain(self, end: int) -> bool:
-        fresh = [j for j in range(self.end, end) if self.result.levels[j] < self.max_level]
-        if fresh:
-            floors = self.harder(fresh, [self.max_level] * len(fresh))
-            if any(floor < self.current[j] for j, floor in zip(fresh, floors, strict=True)):
-                return True
-        self.end = max(self.end, end)
-        return False
+def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None:
+    """The conversation first passes the trigger at ``i``: messages ``0..i`` take their first-sight
+    forms (a reset point when that changes any)."""
+    for j in range(i + 1):
+        if formed[j] != current[j]:
+            result.levels[j] = FIRST_SIGHT
+            result.total -= current[j] - formed[j]
+            current[j] = formed[j]
+            if not result.points or result.points[-1] != i:
+                result.points.append(i)
 
 
-def _reset(result: Scan, current: list[int], i: int, end: int, after: int, harder: Sizes,
-           max_level: int, stale: Stale | None = None, enough: int = 0) -> bool:
-    """Raise the levels of the oldest messages of ``[0, end)``, by the fewest steps and then as few
-    of them as bring the total under ``after``: the newest messages are the likeliest to be read
-    again, so they keep their form longest. When ``stale`` names some of them, they go harder first,
-    as far as the last level, and alone when that brings the total under ``enough`` (a looser
-    target: the outputs the agent works on keep their form)."""
-    older = [j for j in range(end) if result.levels[j] < max_level]
-    if not older:
-        return False
-    gained = False
-    if stale is not None:
-        first = stale(i, older)
-        if first and first != older:
-            levels, sizes, saved, count = _fewest(result, current, first, after, harder, max_level)
-            gained = _apply(result, current, i, first[:count], levels, sizes, saved)
-            if result.total <= max(after, enough):
-                return gained
-            older = [j for j in older if result.levels[j] < max_level]
-            if not older:
-                return gained
-    levels, sizes, saved, count = _fewest(result, current, older, after, harder, max_level)
-    return _apply(result, current, i, older[:count], levels, sizes, saved) or gained
-
-
-def _fewest(result: Scan, current: list[int], older: list[int], after: int, harder: Sizes,
-            max_level: int) -> tuple[list[int], list[int], int, int]:
-    """The fewest steps, and then the fewest of ``older`` (in order), that bring the total under
-    ``after`` (or as near as the last level gets)."""
-    for step in range(1, max_level + 1):
-        levels = [min(result.levels[j] + step, max_level) for j in older]
-        sizes = harder(older, levels)
-        saved, count = 0, 0
-        for j, size in zip(older, sizes, strict=True):
-            if result.total - saved <= after:
-                break
-            saved += current[j] - size
-            count += 1
-        if result.total - saved <= after or all(level == max_level for level in levels):
+def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[int], int],
+           movable: Movable, recut: Recut, room: int | None = None) -> None:
+    """Cut ``[0, end)`` again, once, within what ``share`` leaves it; not a reset when that saves
+    nothing. With ``room``: the cut must fit it, so a cut that comes out larger than asked (its
+    markers and placeholders are counted after the fact) is asked again for less."""
+    if end <= 0:
+        return
+    wide = room is not None
+    pool = movable(end, result.levels, wide)
+    budget = max(0, share(result.total - pool))
+    if pool <= budget:
+        return
+    for _ in range(FIT_TRIES if room is not None else 1):
+        sizes = recut(i, end, budget, result.levels, wide)
+        saved = sum(current[j] - size for j, size in sizes.items())
+        over = result.total - saved - (room if room is not None else result.total)
+        if over <= 0 or budget == 0:
             break
-    return levels, sizes, saved, count
-
-
-def _apply(result: Scan, current: list[int], i: int, chosen: list[int], levels: list[int], sizes: list[int],
-           saved: int) -> bool:
+        budget = max(0, budget - over - over // 8)
     if saved <= 0:
-        return False  # nothing left to gain: not a reset (it would change bytes for nothing)
-    for j, level, size in zip(chosen, levels, sizes, strict=False):
-        result.levels[j], current[j] = level, size
+        return  # nothing to gain: not a reset (it would change bytes for nothing)
+    for j, size in sizes.items():
+        result.levels[j], current[j] = (i, end), size
     result.total -= saved
     if not result.points or result.points[-1] != i:
         result.points.append(i)
-    return True
 
 
 # -- what a reset may touch --------------------------------------------------------------------
@@ -154,45 +139,6 @@ def turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
     ends = [i for i in range(len(messages) - 1)
             if messages[i].get("role") in ("user", "tool") and messages[i + 1].get("role") == "assistant"]
     return [*ends, len(messages) - 1]
-
-
-IDENTIFIER = re.compile(r"[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z_]\w*_\w+|[a-z]+[A-Z]\w*")
-# Every identifier lies within a run of these characters. ``IDENTIFIER`` backtracks quadratically in
-# a run's length, and a run longer than this is a hash, base64 or minified data, not a name the
-# agent refers to: it is not searched.
-NAME_RUN = re.compile(r"[\w./-]+")
-IDENTIFIER_MAX_CHARS = 200
-
-
-def identifiers(text: str) -> list[str]:
-    """The identifiers in ``text`` (paths, dotted or snake_case or camelCase names), in linear time."""
-    return [name for run in NAME_RUN.findall(text) if len(run) <= IDENTIFIER_MAX_CHARS
-            for name in IDENTIFIER.findall(run)]
-
-
-def stale(messages: Sequence[dict[str, Any]], i: int, older: list[int]) -> list[int]:
-    """Of ``older``, those a reset at ``i`` would rather harden: all but the tool outputs some of whose
-    identifiers (paths, dotted or snake_case or camelCase names) the agent has written since (in its
-    words or tool-call arguments, up to ``i``). Causal: reads messages ``0..i`` only. Linear: one pass
-    records where the agent last wrote each identifier."""
-    last_written: dict[str, int] = {}
-    for k in range(i + 1):
-        if messages[k].get("role") == "assistant":
-            for name in identifiers(agent_words(messages[k])):
-                last_written[name] = k
-
-    def mentioned(j: int) -> bool:
-        if messages[j].get("role") != "tool":
-            return False
-        return any(last_written.get(name, -1) > j for name in identifiers(shape.text(messages[j])))
-
-    return [j for j in older if not mentioned(j)]
-
-
-def agent_words(message: dict[str, Any]) -> str:
-    """An assistant message's text and its tool calls' arguments."""
-    args = [str(shape.function(c).get("arguments", "")) for c in shape.calls(message)]
-    return "\n".join([shape.text(message), *args])
 
 
 class Reach:

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -184,3 +185,36 @@ def test_default_is_todays_sentence_compression_byte_for_byte():
 def test_invalid_kind_options_are_refused(options):
     with pytest.raises(ValueError):
         compress("x " * 500, budget_tokens=10, **options)
+
+
+def _book(seed: int, codeword: str) -> str:
+    import random
+
+    rng = random.Random(seed)
+    who = ["The mill", "A carriage", "The vicar", "Her brother"]
+    did = ["walked", "waited", "wrote", "rested"]
+    lines = [f"{rng.choice(who)} {rng.choice(did)} by the river {seed}-{k}." for k in range(60)]
+    lines.insert(30, f"The codeword is {codeword}.")
+    return "\n".join(lines) + "\n"
+
+
+def test_parts_share_one_budget_and_the_named_part_keeps_its_lines():
+    """Several outputs under one budget: the one the query names (by its title: the call that read it)
+    keeps its codeword line, the others give up their room, each part's cut is marked in its own
+    text, and a part that keeps nothing comes back empty."""
+    texts = [_book(n, f"word-{n}") for n in range(8)]
+    ends = [sum(len(t) for t in texts[: n + 1]) for n in range(8)]
+    titles = [f'Read {{"file_path": "f{n}.txt"}}' for n in range(8)]
+    def cut(budget: int) -> Any:
+        return compress("".join(texts), budget_tokens=budget, kind="auto",
+                        query="the codeword written in f3.txt", parts=list(zip(ends, titles, strict=True)))
+
+    result = cut(300)
+    assert len(result.parts) == 8 and count_tokens(result.text) <= 300
+    assert result.text == "".join(result.parts)
+    assert "The codeword is word-3." in result.parts[3]
+    assert len(result.parts[3]) == max(len(p) for p in result.parts)  # the named file keeps the most
+    assert sum(len(p) for p in result.parts) < len("".join(texts)) / 4
+    assert all("omitted" in p for p in result.parts if p)  # every cut is marked in the part it cut
+    tight = cut(60)
+    assert "The codeword is word-3." in tight.parts[3] and tight.parts.count("") >= 5

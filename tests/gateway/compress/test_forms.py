@@ -124,3 +124,23 @@ def test_the_cache_counts_the_bytes_it_holds(chars: int) -> None:
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     assert 0.8 < cache.used / held < 1.25
+
+
+def test_a_reset_cuts_arguments_as_json_and_keeps_a_question_whole() -> None:
+    """In a reset's cut, a call's long string values are cut as text and the JSON stays valid; a
+    pasted document keeps its question; a result that keeps nothing is a placeholder."""
+    from gateway.compress import recut
+
+    long = "\n".join(f"line {i}: value = compute_{i}(x)" for i in range(300))
+    arguments = json.dumps({"path": "a.py", "file_text": long})
+    call = forms.Piece(2, None, 0, "assistant", arguments, "", None, False, False)
+    pasted = long + "\n\nWhat does line 7 compute?"
+    document = forms.Piece(1, None, None, "user", pasted, "", None, True, True)
+    noise = forms.Piece(3, None, None, "tool", "\n".join(f"noise {i} here" for i in range(400)), "", None,
+                        False, True, 'bash {"command": "ls"}')
+    cut = recut.recut_job([call, document, noise], "compute_7 line 7", 300, None)
+    [(args, _), (kept, _), (dropped, _)] = cut
+    parsed = json.loads(args)
+    assert parsed["path"] == "a.py" and len(parsed["file_text"]) < len(long) / 2
+    assert kept.endswith("What does line 7 compute?") and "compute_7(x)" in kept
+    assert dropped == forms.placeholder(noise)

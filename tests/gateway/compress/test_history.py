@@ -28,10 +28,13 @@ from gateway.compress import messages as shape
 from gateway.compress.evidence import CLOSE, OPEN
 
 KEY = "sk-forms-test"
-FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100}
+FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100, "first_sight": "always"}
 SMALL_WINDOW = 5000  # a few steps fill it: the loop must reset
 
 
+FILES_WINDOW = 8000  # 15 files of ~800 tokens do not fit: the loop must reset
+FILES_TASK = ("Read the files f0.txt to f14.txt in this folder, one file per step, in order. Then tell me "
+              "the codeword written in f3.txt")
 BUDGET = 1600  # tokens of conversation text; the document is ~11k, so every turn is compressed
 FACTS = [
     (
@@ -73,6 +76,8 @@ def _config(upstream_url: str) -> dict[str, Any]:
         "model_list": [
             entry("agent", 200_000),
             entry("agent-small", SMALL_WINDOW),
+            entry("agent-files", FILES_WINDOW, prefix={}),
+            entry("agent-wide", 1_000_000, prefix={}),
             entry("agent-off", 200_000, prefix={"enabled": False}),
             entry("conv", 100_000, prefix={}, **document),
             entry("conv-today", 100_000, prefix={"enabled": False}, **document),
@@ -500,3 +505,77 @@ def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
         )
     assert message.usage.cache_read_input_tokens == CACHED_TOKENS
     assert message.usage.input_tokens == 10 - CACHED_TOKENS
+
+
+# -- a reset keeps what the task names -------------------------------------------------------------
+
+
+def _codeword(number: int) -> str:
+    colour = ["amber", "cobalt", "saffron", "umber", "jade"][number % 5]
+    return f"The codeword is {colour}-{number * 37 + 11}."
+
+
+def _book_file(number: int) -> str:
+    """~800 tokens of book text, one sentence a line, with one codeword line somewhere in it."""
+    import random
+
+    rng = random.Random(number)
+    lines = [rng.choice(SENTENCES) for _ in range(40)]
+    lines.insert(rng.randrange(5, 35), _codeword(number))
+    return "\n".join(lines)
+
+
+def _file_loop() -> list[list[dict[str, Any]]]:
+    """The 15 steps of an agent that reads f0.txt .. f14.txt, one a step (Claude Code's Read tool)."""
+    # A client's own instructions take a good part of a short window (Codex's and Claude Code's ~11k
+    # of 32k): what is left for the history must go where the task needs it.
+    rules = [f"Rule {k}: {SENTENCES[k % len(SENTENCES)]}" for k in range(110)]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. Use the tools.\n" + "\n".join(rules)},
+        {"role": "user", "content": FILES_TASK},
+    ]
+    requests = []
+    for number in range(15):
+        call = {"id": f"toolu_{number}", "type": "function",
+                "function": {"name": "Read", "arguments": json.dumps({"file_path": f"/work/f{number}.txt"})}}
+        messages = [
+            *messages,
+            {"role": "assistant", "content": f"Reading f{number}.txt.", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": call["id"], "content": _book_file(number)},
+        ]
+        requests.append(messages)
+    return requests
+
+
+def test_a_reset_keeps_the_file_the_task_names(gateways: list[str], upstream: FakeUpstream) -> None:
+    """When the window forces resets, what the older results keep is chosen for the task: the file it
+    names keeps its codeword, and most files nobody asked for give up their room. A cold instance
+    sends the same bytes."""
+    resets = 0
+    for messages in _file_loop():
+        headers, warm, seen = _chat(gateways[0], upstream, messages, model="agent-files", max_tokens=500)
+        resets += headers["x-mixpr-reset"] == "true"
+    _, cold, _ = _chat(gateways[1], upstream, messages, model="agent-files", max_tokens=500)
+    assert cold == warm  # an instance that never saw the run finds the same resets, cut the same way
+    sent = json.dumps(seen)
+    assert resets >= 1 and shape.pairing(seen) == []
+    assert _codeword(3) in sent
+    results = {m["tool_call_id"]: m["content"] for m in seen if m["role"] == "tool"}
+    unnamed = [1, 2, 4, 5, 6, 7]  # the first half of the run, which a reset covers; the task names f0
+    cut = [n for n in unnamed if len(results[f"toolu_{n}"]) < len(_book_file(n)) / 2]
+    assert len(cut) >= 5, cut
+
+
+def test_a_conversation_that_fits_goes_as_the_client_sent_it(
+    gateways: list[str], upstream: FakeUpstream
+) -> None:
+    """Below the trigger (a 1M window, no compress_above_tokens) nothing is cut: every request of a
+    loop whose tool results are long reaches the upstream byte for byte as the client sent it."""
+    for messages in chat_loop(6):
+        upstream.clear()
+        body = {"model": "agent-wide", "messages": messages}
+        response = httpx.post(f"{gateways[0]}/v1/chat/completions", json=body,
+                              headers={"Authorization": f"Bearer {KEY}"}, timeout=120)
+        assert response.status_code == 200 and response.headers["x-mixpr-action"] == "passthrough"
+        [seen] = [r for r in upstream.received() if r.path.endswith("/chat/completions")]
+        assert seen.json["messages"] == messages

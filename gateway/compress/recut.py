@@ -1,0 +1,124 @@
+"""A reset's cut: the older messages' long texts, compressed together for the task under one budget.
+
+Every long piece of the older part (tool outputs, the agent's long words, a pasted document over
+what fits) is one part of a single MixPR run (``mixpr.compress(..., parts=)``): each cut by its
+content kind, all ranked in one graph by personalised PageRank from the query (the task in the
+user's words and what the agent is doing now, ``gateway.compress.task``), the best blocks kept
+across the span. So an output the task names keeps its lines, and outputs nobody needs give it their
+room; a piece that keeps nothing becomes a one-line placeholder. The result is a pure function of
+the pieces, the query and the budget: it is remembered by content hash like any form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import mixpr
+from gateway.compress import forms
+from mixpr.tokens import count_tokens
+
+PLACEHOLDER_TOKENS = 28  # what a placeholder costs: set aside from the budget for each piece
+
+
+def key(pieces: list[forms.Piece], query: str, budget: int, salt: str) -> str:
+    """The content hash of one reset's cut."""
+    digest = hashlib.blake2b(digest_size=20)
+    for value in (salt, query, str(budget), *(f"{p.role}\x01{p.title}\x01{p.text}" for p in pieces)):
+        digest.update(value.encode("utf-8", "surrogatepass"))
+        digest.update(b"\x00")
+    return "r" + digest.hexdigest()
+
+
+def recut_job(pieces: list[forms.Piece], query: str, budget: int,
+              model: str | None) -> list[tuple[str, int]]:
+    """In a worker: each piece's text after the cut, and its tokens."""
+    asked = budget - PLACEHOLDER_TOKENS * len(pieces)
+    if asked < 1:
+        return [_placeholder(p, model) for p in pieces]
+    split = [_parts(p) for p in pieces]
+    texts = [text for parts in split for text in parts.texts]
+    titles = [piece.title for piece, parts in zip(pieces, split, strict=True) for _ in parts.texts]
+    ends = list(itertools.accumulate(len(text) for text in texts))
+    kept = iter(mixpr.compress("".join(texts), budget_tokens=asked, kind="auto", query=query, model=model,
+                               parts=list(zip(ends, titles, strict=True))).parts if texts else [])
+    return [_kept(piece, parts, [next(kept) for _ in parts.texts], model)
+            for piece, parts in zip(pieces, split, strict=True)]
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What the cut may shorten in one piece: its text; a user message's body (its question stays
+    whole, ``after``); a tool call's long JSON string values (``arguments``: the parsed JSON)."""
+
+    texts: list[str]
+    after: str = ""
+    arguments: Any = None
+
+
+def _parts(piece: forms.Piece) -> _Parts:
+    if piece.call is not None:
+        try:
+            parsed = json.loads(piece.text)
+        except ValueError:
+            return _Parts([])
+        return _Parts(_long_strings(parsed), arguments=parsed)
+    if piece.question:
+        body, question = forms.split_question(piece.text)
+        if body:
+            return _Parts([body], question)
+    return _Parts([piece.text])
+
+
+def _long_strings(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value] if len(value) > forms.ARGUMENT_MIN_CHARS else []
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _long_strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _long_strings(v)]
+    return []
+
+
+def _kept(piece: forms.Piece, parts: _Parts, kept: list[str], model: str | None) -> tuple[str, int]:
+    """A piece's text from what its parts kept: arguments as JSON again (a value that kept nothing
+    says how long it was), a user message with its question, a piece that kept nothing a placeholder."""
+    if not parts.texts:  # arguments that are not JSON: as they are
+        return piece.text, count_tokens(piece.text, model)
+    if parts.arguments is not None:
+        values = iter(kept)
+        shrunk = _replaced(parts.arguments, lambda s: next(values) or _omitted(s))
+        text = json.dumps(shrunk, ensure_ascii=False)
+    elif not any(k.strip() for k in kept):
+        return _placeholder(piece, model) if not parts.after else _with_question(piece, parts, model)
+    else:
+        text = f"{kept[0].rstrip()}\n\n{parts.after}" if parts.after else kept[0]
+    return text, count_tokens(text, model)
+
+
+def _with_question(piece: forms.Piece, parts: _Parts, model: str | None) -> tuple[str, int]:
+    text = f"{forms.placeholder(piece)}\n\n{parts.after}"
+    return text, count_tokens(text, model)
+
+
+def _replaced(value: Any, shrink: Any) -> Any:
+    """``value`` with its long strings replaced, in the order ``_long_strings`` lists them."""
+    if isinstance(value, str):
+        return shrink(value) if len(value) > forms.ARGUMENT_MIN_CHARS else value
+    if isinstance(value, dict):
+        return {k: _replaced(v, shrink) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replaced(v, shrink) for v in value]
+    return value
+
+
+def _omitted(value: str) -> str:
+    return f"[… {len(value)} characters omitted to fit the context …]"
+
+
+def _placeholder(piece: forms.Piece, model: str | None) -> tuple[str, int]:
+    text = forms.placeholder(piece)
+    return text, count_tokens(text, model)

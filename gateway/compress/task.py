@@ -1,0 +1,69 @@
+"""What a reset keeps the older messages for: the task in the user's own words, and what the agent
+is doing now.
+
+Agent clients send their own text as user messages too: Codex its environment context and the
+project's AGENTS.md, Claude Code its ``<system-reminder>`` blocks. Those name every file and rule of
+the project, so as a query they would favour nothing in particular; they are left out. A long user
+message (a pasted document) counts by its question, its last paragraph. What the agent is doing now
+is its latest words and tool calls up to the reset point. The query is a pure function of the
+messages up to that point, so every instance builds the same one.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.compress import forms
+from gateway.compress import messages as shape
+
+# Whole blocks a client adds to a user message around (or instead of) what the user wrote.
+BOILERPLATE = re.compile(
+    r"<(environment_context|system-reminder|INSTRUCTIONS|user_instructions)>.*?</\1>", re.DOTALL)
+# A user message that is only a client's project instructions (Codex: AGENTS.md).
+INSTRUCTIONS = re.compile(r"\A\s*# AGENTS\.md instructions for ")
+LONG_CHARS = 16_000  # a user message longer than this (a pasted document) counts by its question
+RECENT = 2  # the agent's latest assistant messages: what it is doing now
+
+
+def query(messages: Sequence[dict[str, Any]], i: int) -> str:
+    """The query of a reset at ``i``: the user's words, then the agent's latest words and calls, and
+    the tool results it has before it now (reads ``0..i`` only)."""
+    said = [user_words(m) for m in messages[: i + 1] if m.get("role") == "user"]
+    agent = [agent_words(m) for m in messages[: i + 1] if m.get("role") == "assistant"][-RECENT:]
+    return "\n\n".join(text for text in [*said, *agent] if text)
+
+
+def user_words(message: dict[str, Any]) -> str:
+    """A user message's own text: without a client's boilerplate; a pasted document by its question."""
+    text = BOILERPLATE.sub("", shape.text(message)).strip()
+    if INSTRUCTIONS.match(text):
+        return ""
+    return forms.split_question(text)[1] if len(text) > LONG_CHARS else text
+
+
+def agent_words(message: dict[str, Any]) -> str:
+    """An assistant message's text and its tool calls (names and arguments)."""
+    calls = [shape.function(c) for c in shape.calls(message)]
+    said = [f"{f.get('name', '')} {_arguments(f.get('arguments'))}" for f in calls]
+    return "\n".join(text for text in [shape.text(message), *said] if text)
+
+
+def _arguments(arguments: Any) -> str:
+    """Arguments as the agent wrote them: JSON strings unescaped (a path, a command)."""
+    try:  # nesting deeper than the interpreter's stack ("[" * 100_000) is read as plain text
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        return " ".join(_strings(parsed)) if not isinstance(parsed, str) else parsed
+    except (ValueError, RecursionError):
+        return str(arguments)
+
+
+def _strings(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return [str(value)] if value is not None else []
+

@@ -1,0 +1,42 @@
+"""The query a reset cuts the older messages for: the user's own words and what the agent does now."""
+
+from __future__ import annotations
+
+import json
+
+from gateway.compress import task
+
+
+def test_the_query_is_the_users_words_without_a_clients_boilerplate() -> None:
+    environment = (
+        "<environment_context>\n  <cwd>/work/project</cwd>\n  <shell>bash</shell>\n</environment_context>"
+    )
+    agents_md = (
+        "# AGENTS.md instructions for /work/project\n\n"
+        "<INSTRUCTIONS>\nRun ruff before you commit.\n</INSTRUCTIONS>"
+    )
+    reminder = (
+        "<system-reminder>\nThe date is 2026-11-26. Use TodoWrite.\n</system-reminder>\n"
+        "Tell me the codeword in f3.txt"
+    )
+    document = "Clause one of the lease. " * 1000 + "\n\nWhen does the lease end?"
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "Read", "arguments": json.dumps({"file_path": "f9.txt"})},
+    }
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": agents_md},
+        {"role": "user", "content": environment},
+        {"role": "user", "content": reminder},
+        {"role": "user", "content": document},
+        {"role": "assistant", "content": "Reading the next file.", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "text of f9"},
+    ]
+    query = task.query(messages, len(messages) - 1)
+    assert "Tell me the codeword in f3.txt" in query and "When does the lease end?" in query
+    assert "Reading the next file." in query and "Read f9.txt" in query  # what the agent does now
+    for boilerplate in ("ruff", "/work/project", "TodoWrite", "Clause one", "text of f9"):
+        assert boilerplate not in query
+    assert task.query(messages, 3) == "Tell me the codeword in f3.txt"  # causal: reads 0..i only
