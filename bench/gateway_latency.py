@@ -461,7 +461,11 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as folder:
         config = write_config(Path(folder), upstream, window=128_000, executor=args.executor,
                               raw_relay=not args.no_relay)
-        gateway_proc = start_gateway(config, port, args.gateway_workers)
+        try:
+            gateway_proc = start_gateway(config, port, args.gateway_workers)
+        except BaseException:  # a gateway that never came up must not leave the upstream running
+            upstream_proc.kill()
+            raise
         gateway = f"http://127.0.0.1:{port}"
         proxy_proc, proxy = None, None
         if not args.no_proxy and not args.skip_passthrough and not args.parts_only:

@@ -22,6 +22,7 @@ from pool_control import (
 )
 
 from gateway.compress.compressor import START_SUFFIX
+from gateway.run.workers import WORKER_NICENESS
 
 
 @pytest.fixture(scope="module")
@@ -86,6 +87,13 @@ def test_readiness_stays_ready_while_one_of_two_workers_is_replaced(pair: Gatewa
         starting.unlink(missing_ok=True)
     wait_for(lambda: pair.metric("mixpr_compression_workers_live") == 2)
     assert pair.http.get("/health/readiness").status_code == 200
+
+
+def test_workers_run_nicer_than_the_event_loop(gateway: Gateway) -> None:
+    # When compression and the loop want the same core, the loop (short requests) gets it first.
+    [pid] = gateway.workers.pids()
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + WORKER_NICENESS)
 
 
 def test_a_worker_killed_while_idle_is_replaced_and_readiness_says_so(gateway: Gateway) -> None:
