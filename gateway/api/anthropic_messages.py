@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 from gateway.api import anthropic_blocks as blocks
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
 from gateway.core.chat import ChatCall, report_headers
+from gateway.core.reply import forwarded
 from gateway.edge.remote_files import ANTHROPIC, refuse_urls
 from gateway.errors import BadRequest, GatewayError
 from gateway.run import offload
@@ -120,7 +121,7 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
     """Compress the view, put what was kept back into the client's own request, and relay it."""
     outcome = await gateway.chat.prepare(call)
     sent = blocks.write_back(body, outcome.messages)
-    payload = {k: v for k, v in sent.items() if k != "mixpr"}
+    payload = forwarded({k: v for k, v in sent.items() if k != "mixpr"}, outcome.max_tokens)
     payload["model"] = relay.model_name(entry)
     timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s
     reply = await relay.send(gateway.chat.anthropic_http, entry, payload, request.headers,

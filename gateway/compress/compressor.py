@@ -79,6 +79,7 @@ class Outcome:
     new_forms: int = 0  # message forms computed for this request (not found in the instance's cache)
     reuse_basis: str = "none"  # how reused_tokens is known: remembered, recomputed or none
     resets: int = 0  # reset points in the conversation so far
+    max_tokens: tuple[int, int] | None = None  # (asked, sent) when the reply's limit was lowered (core.reply)
 
 
 class Compressor:
@@ -138,6 +139,20 @@ class Compressor:
             big = len(text) > THREAD_COUNT_CHARS
             return target.tokens(await offload.inline_or_run(big, count_tokens, text, target.model))
         return target.tokens(await pool.run(count_tokens, text, target.model))
+
+    async def fits(self, messages: list[dict[str, Any]], *, tools: Any, target: Target,
+                   settings: MixprSettings) -> bool:
+        """Whether ``messages`` fit ``target`` as they are, whatever the trigger (counting only; a
+        failed count says no)."""
+        ticket = Ticket(self)
+        whole = settings.model_copy(update={"compress_above_tokens": None})
+        try:
+            return await self.passes(ticket, messages, tools=tools, target=target, settings=whole,
+                                     control=Control())
+        except JobFailed:
+            return False
+        finally:
+            ticket.release()
 
     async def passes(self, pool: Ticket, messages: list[dict[str, Any]], *, tools: Any, target: Target,
                      settings: MixprSettings, control: Control) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 from gateway.compress.compressor import Outcome
 from gateway.compress.policy import Control
 from gateway.config import ModelEntry
+from gateway.core import reply as replies
 from gateway.core import self_route
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
@@ -139,7 +140,8 @@ class ChatService(Preparer):
         self.metrics.upstream_calls.labels(entry.model_name, "litellm").inc()
         timeout = self.config.general_settings.request_timeout_s
         messages = call.wire(outcome.messages) if call.wire is not None else outcome.messages
-        kwargs = upstream.build_call(entry, call.params, messages, timeout=timeout)
+        params = replies.forwarded(call.params, outcome.max_tokens)
+        kwargs = upstream.build_call(entry, params, messages, timeout=timeout)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
             chunks = self._metered(entry.model_name, upstream.stream_chunks(stream))
@@ -158,7 +160,8 @@ class ChatService(Preparer):
                        headers: dict[str, str]) -> ChatReply:
         """The passthrough as bytes to an OpenAI-compatible upstream (``gateway.upstream.chat_relay``)."""
         self.metrics.upstream_calls.labels(model, "relay").inc()
-        content = chat_relay.body(route, outcome.messages, call.params, stream=call.stream)
+        params = replies.forwarded(call.params, outcome.max_tokens)
+        content = chat_relay.body(route, outcome.messages, params, stream=call.stream)
         if call.stream:
             def on_usage(usage: dict[str, Any]) -> None:
                 self.metrics.record_usage(model, usage)
