@@ -25,8 +25,9 @@ never priced, and a step the gateway refused prices nothing: it is counted under
 entry's ``text`` occurs (whitespace normalised) in what the upstream received for request ``k`` (contents
 and tool-call arguments); strict evidence: only entries with ``origin == "tool"``, not
 ``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
-pair up (:func:`pairing_problems`). Errors: answers other than 200. Writes ``bench/out/agents.json`` and
-``agents.png`` (cost against strict evidence; ``--publish`` also copies the PNG to ``bench/plots/``).
+pair up (``gateway.compress.messages.pairing``, the gateway's own check). Errors: answers other than
+200. Writes ``bench/out/agents.json`` and ``agents.png`` (cost against strict evidence; ``--publish``
+also copies the PNG to ``bench/plots/``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from bench.conversation import FakeUpstream, ServerThread, priced, rendered
 from bench.data import data_dir
 from bench.provenance import library_version
 from gateway import create_app
+from gateway.compress import messages as shape
 from gateway.config import parse_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -199,39 +201,7 @@ CLIENT: dict[str, Client] = {
     "litellm": litellm_compressed,
 }
 
-# -- checks -----------------------------------------------------------------------------------
-
-
-def pairing_problems(messages: list[Message]) -> list[str]:
-    """What a provider would reject about the tool calls and results of one request ([] = valid).
-
-    Every ``tool`` message answers a call of the assistant message right before its run of tool
-    messages, once; every call of an assistant message is answered before the next non-tool message.
-    """
-    problems: list[str] = []
-    open_calls: list[str] = []  # calls of the last assistant message still without a result
-    answered: set[str] = set()
-    for i, m in enumerate(messages):
-        role = m.get("role")
-        if role == "tool":
-            call = m.get("tool_call_id")
-            if call in open_calls:
-                open_calls.remove(call)
-                answered.add(call)
-            elif call in answered:
-                problems.append(f"message {i}: a second result for {call}")
-            else:
-                problems.append(f"message {i}: result for {call}, "
-                                "which the assistant message before it did not call")
-            continue
-        if open_calls:
-            problems.append(f"message {i}: {role} message before the results of {', '.join(open_calls)}")
-        open_calls, answered = [], set()
-        if role == "assistant":
-            open_calls = [c.get("id") for c in m.get("tool_calls") or []]
-    if open_calls:
-        problems.append(f"end: no result for {', '.join(open_calls)}")
-    return problems
+# -- evidence -----------------------------------------------------------------------------------
 
 
 _SPACE = re.compile(r"\s+")
@@ -370,7 +340,7 @@ def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent],
         invalid = []
         for request in sent.requests:
             sent_tokens.append(tokens.request(request))
-            invalid += pairing_problems(request)
+            invalid += shape.pairing(request)
             haystack = tokens.haystack(request)
             found = [f or _normal(e["text"]) in haystack for f, e in zip(found, entries, strict=True)]
         strict = [f for f, e in zip(found, entries, strict=True) if is_strict(e, k)]

@@ -65,19 +65,6 @@ def test_masking_loses_strict_evidence_and_breaks_the_cache(data: Path, tmp_path
     assert (tmp_path / "agents.json").exists() and (tmp_path / "agents.png").stat().st_size > 0
 
 
-def test_pairing_problems_are_found() -> None:
-    run = _run(rounds=2)["messages"]
-    assert agents.pairing_problems(run[:-1]) == []
-    wrong_id = [*run[:3], {**run[3], "tool_call_id": "call_9"}]
-    assert agents.pairing_problems(wrong_id)
-    assert agents.pairing_problems(run[:3])  # a call without its result at the end
-    assert agents.pairing_problems([*run[:3], {"role": "user", "content": "go on"}, run[3]])  # order broken
-    parallel = {"role": "assistant", "content": "", "tool_calls": [_call(7, "ls"), _call(8, "pwd")]}
-    results = [{"role": "tool", "tool_call_id": f"call_{i}", "content": "ok"} for i in (8, 7)]
-    assert agents.pairing_problems([*run[:2], parallel, *results]) == []
-    assert agents.pairing_problems([*run[:2], parallel, results[0]])
-
-
 def test_a_client_that_breaks_pairing_is_counted_invalid(data: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     def drop_old_outputs(messages: list[dict], tools: list[dict]) -> tuple[list[dict], list[dict]]:

@@ -8,9 +8,10 @@ built request with the client's: a problem the client's request already had is n
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
+
+from gateway.compress import messages as shape
 
 MAX_BREAKPOINTS = 4  # cache_control markers Anthropic accepts in one request
 FIXED_KEYS = ("role", "tool_call_id", "name", "thinking_blocks", "reasoning_content", "function_call")
@@ -23,7 +24,7 @@ def problems(original: Sequence[dict[str, Any]], sent: Sequence[dict[str, Any]],
         return [f"{len(sent)} messages built from {len(original)}"]
     found = [problem for i, (a, b) in enumerate(zip(original, sent, strict=True))
              for problem in _message(i, a, b, verbatim_ids)]
-    introduced = set(pairing(sent)) - set(pairing(original))
+    introduced = set(shape.pairing(sent)) - set(shape.pairing(original))
     found += sorted(introduced)
     if breakpoints(sent) > max(MAX_BREAKPOINTS, breakpoints(original)):
         found.append(f"{breakpoints(sent)} cache_control breakpoints (at most {MAX_BREAKPOINTS})")
@@ -45,19 +46,19 @@ def _calls(i: int, a: list[Any], b: list[Any]) -> list[str]:
         return [f"message {i}: tool calls changed"]
     found = []
     for x, y in zip(a, b, strict=True):
-        if _is_json(_arguments(x)) and not _is_json(_arguments(y)):
+        if shape.is_json(_arguments(x)) and not shape.is_json(_arguments(y)):
             found.append(f"message {i}: arguments of {x.get('id')} are no longer JSON")
     return found
 
 
-def _arguments(call: dict[str, Any]) -> Any:
-    return (call.get("function") or {}).get("arguments")
+def _arguments(call: Any) -> Any:
+    return shape.function(call).get("arguments")
 
 
 def _call_id(call: Any) -> tuple[Any, Any]:
     if not isinstance(call, dict):
         return (None, None)
-    return call.get("id"), (call.get("function") or {}).get("name")
+    return call.get("id"), shape.function(call).get("name")
 
 
 def _parts(i: int, a: Any, b: Any) -> list[str]:
@@ -74,42 +75,6 @@ def _parts(i: int, a: Any, b: Any) -> list[str]:
         elif x != y:
             kind = x.get("type") if isinstance(x, dict) else "non-text"
             found.append(f"message {i}: a {kind} part changed")
-    return found
-
-
-def _is_json(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
-    try:
-        json.loads(value)
-    except ValueError:
-        return False
-    return True
-
-
-def pairing(messages: Sequence[dict[str, Any]]) -> list[str]:
-    """What a provider would reject about the tool calls and results ([] = valid): every tool message
-    answers, once, a call of the assistant message before its run of results, and every call is
-    answered before the next message that is not a result (parallel calls: all of them)."""
-    found: list[str] = []
-    open_calls: list[Any] = []
-    answered: set[Any] = set()
-    for i, message in enumerate(messages):
-        role = message.get("role")
-        if role == "tool":
-            call = message.get("tool_call_id")
-            if call in open_calls:
-                open_calls.remove(call)
-                answered.add(call)
-            else:
-                found.append(f"message {i}: a result for {call}, which is not an open call")
-            continue
-        if open_calls:
-            waiting = ", ".join(map(str, open_calls))
-            found.append(f"message {i}: {role} message before the results of {waiting}")
-        open_calls, answered = [], set()
-        if role == "assistant":
-            open_calls = [c.get("id") for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     return found
 
 

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +29,8 @@ from gateway.compress.route_cache import RouteCache
 from gateway.config import MixprSettings
 from gateway.errors import CompressionFailed, CompressionUnavailable, ContextLengthExceeded, Overloaded
 from gateway.run import offload
-from gateway.run.gate import Gate, queue_full
+from gateway.run.bridge import Ticket
+from gateway.run.gate import Gate
 from gateway.run.workers import JobFailed, Workers
 from mixpr.tokens import count_tokens
 
@@ -99,6 +99,14 @@ class Compressor:
     def close(self) -> None:
         self.workers.close()
 
+    def ticket(self) -> Ticket:
+        """A place in this compressor's queue for one request (released by whoever asked for it)."""
+        return Ticket(self.queue, self.workers, self._shed)
+
+    def _shed(self) -> None:
+        if self.metrics is not None:
+            self.metrics.shed.labels("compression_queue").inc()
+
     async def prepare(
         self,
         messages: list[dict[str, Any]],
@@ -113,7 +121,7 @@ class Compressor:
         """The messages to forward: unchanged below the trigger, else compressed to fit.
 
         ``pool``: a ticket the caller holds across several calls."""
-        ticket = pool or Ticket(self)
+        ticket = pool or self.ticket()
         try:
             return await self._prepare(ticket, messages, tools, target, settings, control, router)
         except JobFailed as exc:  # counting failed, so whether the original fits is unknown
@@ -307,30 +315,6 @@ class Compressor:
 async def split(messages: list[dict[str, Any]]) -> conversation.Conversation:
     """``conversation.split``: per-part work, so in a worker thread for many messages or parts."""
     return await offload.inline_or_run(offload.many(messages), conversation.split, messages)
-
-
-class Ticket:
-    """One request's place in the compression queue: taken at its first pool job, or refused.
-    Whoever makes one releases it."""
-
-    def __init__(self, compressor: Compressor) -> None:
-        self._compressor = compressor
-        self._admitted = False
-
-    async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        compressor = self._compressor
-        if not self._admitted:
-            if not compressor.queue.try_take(1):
-                if compressor.metrics is not None:
-                    compressor.metrics.shed.labels("compression_queue").inc()
-                raise queue_full()
-            self._admitted = True
-        return await compressor.workers.run(fn, *args, **kwargs)
-
-    def release(self) -> None:
-        if self._admitted:
-            self._compressor.queue.give_back(1)
-            self._admitted = False
 
 
 def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUnavailable:

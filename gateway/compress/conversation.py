@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.compress import messages as shape
 from mixpr.tokens import count_tokens
 
 SEPARATOR = "\n\n"  # between pieces: reads as a paragraph break to the chunker
@@ -108,12 +109,8 @@ def _text_parts(message: dict[str, Any]) -> list[tuple[int | None, str]]:
     if isinstance(content, str):
         return [(None, content)] if content else []
     if isinstance(content, list):
-        return [(i, p["text"]) for i, p in enumerate(content) if _is_text_part(p) and p["text"]]
+        return [(i, p["text"]) for i, p in enumerate(content) if shape.is_text(p) and p["text"]]
     return []
-
-
-def _is_text_part(part: Any) -> bool:
-    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
 
 
 def _verbatim(messages: Sequence[dict[str, Any]]) -> tuple[str, int]:

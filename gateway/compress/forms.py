@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mixpr
+from gateway.compress import messages as shape
 from gateway.config import Prefix
 from mixpr.tokens import count_tokens
 
@@ -65,7 +66,7 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
     other media, thinking blocks, names and ids never are; neither are error tool results
     (``verbatim_ids``: results the client marked ``is_error``, or outputs that say they failed) nor
     assistant messages that carry thinking blocks (their provider checks them as sent)."""
-    task = next((_text(m) for m in messages if m.get("role") == "user"), "")
+    task = next((shape.text(m) for m in messages if m.get("role") == "user"), "")
     calls: dict[str, tuple[dict[str, Any], str]] = {}
     found: list[Piece] = []
     for index, message in enumerate(messages):
@@ -73,8 +74,8 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
         if role == "assistant":
             for call in message.get("tool_calls") or ():
                 if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    calls[call["id"]] = (call.get("function") or {}, _text(message))
-            if not _thinks(message):
+                    calls[call["id"]] = (call.get("function") or {}, shape.text(message))
+            if not shape.thinks(message):
                 found += _own_pieces(index, message, task)
         elif role == "tool" and not _is_error(message, verbatim_ids):
             function, said = calls.get(message.get("tool_call_id") or "", ({}, ""))
@@ -105,34 +106,13 @@ def _texts(index: int, message: dict[str, Any], query: str, source: str | None, 
     if not isinstance(content, list):
         return []
     return [Piece(index, i, None, role, p["text"], query, source, question, first)
-            for i, p in enumerate(content) if is_text(p) and p["text"]]
-
-
-def _text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if is_text(p))
-    return ""
-
-
-def is_text(part: Any) -> bool:
-    """A text content part (the only kind a form replaces)."""
-    return isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)
-
-
-
-
-
-def _thinks(message: dict[str, Any]) -> bool:
-    return bool(message.get("thinking_blocks") or message.get("reasoning_content"))
+            for i, p in enumerate(content) if shape.is_text(p) and p["text"]]
 
 
 def _is_error(message: dict[str, Any], verbatim_ids: frozenset[str]) -> bool:
     if message.get("tool_call_id") in verbatim_ids:
         return True
-    text = _text(message)
+    text = shape.text(message)
     return len(text) <= ERROR_MAX_CHARS and bool(ERROR_START.match(text))
 
 

@@ -9,9 +9,12 @@ request: any instance, cold or warm, sends the same bytes, and a cold one only c
 it has not cached. A request with no earlier turn (a single question) is compressed as a whole, as
 before (``Compressor.prepare``).
 
-All per-message work (hashing, counting, the scan, rebuilding) runs in a thread
-(``gateway.run.offload``); MixPR runs in the worker pool, reached from that thread through the loop.
-Before anything is forwarded, ``gateway.compress.checks`` compares it with the client's request.
+Here is the orchestration: plan (pieces and their tokens) → forms → scan → assemble → outcome. All
+per-message work (hashing, counting, the scan, rebuilding) runs in a thread (``gateway.run.offload``);
+MixPR runs in the worker pool, reached from that thread through the loop (``gateway.run.bridge``).
+What a reset may touch is ``gateway.compress.resets``; what this instance sent before, for the
+report, ``gateway.compress.sent``; the shape of messages, ``gateway.compress.messages``. Before
+anything is forwarded, ``gateway.compress.checks`` compares it with the client's request.
 """
 
 from __future__ import annotations
@@ -20,20 +23,20 @@ import asyncio
 import hashlib
 import json
 import logging
-import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.compress import checks, conversation, evidence, forms, policy, resets
-from gateway.compress.compressor import Compressor, Outcome, Router, Ticket
+from gateway.compress import messages as shape
+from gateway.compress.compressor import Compressor, Outcome, Router
 from gateway.compress.policy import Control, Target
+from gateway.compress.sent import REMEMBERED_BYTES, Sent, chain, common, digest
 from gateway.config import MixprSettings
 from gateway.errors import ContextLengthExceeded, Overloaded
 from gateway.run import offload
+from gateway.run.bridge import Bridge
 from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.compress.history")
@@ -43,7 +46,6 @@ MAX_LEVEL = forms.TOP_LEVEL  # resets a message can go through; at the last one 
 BREAKPOINT = {"type": "ephemeral"}
 MAX_BREAKPOINTS = 4  # Anthropic's limit per request
 CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
-REMEMBERED_BYTES = 8 * 1024 * 1024  # what this instance sent per conversation, for honest reports
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class History:
         self.compressor = compressor
         self.cache = forms.FormCache(cache_bytes)
         self.metrics = metrics
-        self.sent = _Sent(REMEMBERED_BYTES)
+        self.sent = Sent(REMEMBERED_BYTES)
 
     async def prepare(self, request: Request, model_name: str = "") -> Outcome:
         """The messages to forward for ``request``, and the report."""
@@ -94,8 +96,8 @@ class History:
                                             outcome.messages, model_name)
             return outcome
         started = time.perf_counter()
-        ticket = Ticket(self.compressor)
-        bridge = _Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
+        ticket = self.compressor.ticket()
+        bridge = Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
         try:
             outcome = await offload.run(self._build, request, bridge, model_name)
         except (ContextLengthExceeded, Overloaded):
@@ -121,26 +123,26 @@ class History:
 
     # -- in a thread ------------------------------------------------------------------------------
 
-    def _build(self, request: Request, bridge: _Bridge, model_name: str) -> Outcome:
+    def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
         plan = self._plan(request)
         self._forms(plan, bridge, [(p, 0) for p in range(len(plan.pieces))])
         room, after = _room(request)
         self._evidence(plan, bridge, request.target.counted(room))
-        ends = _turn_ends(request.messages)
+        ends = resets.turn_ends(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
         scanned = resets.scan(
             [self._size(plan, j, 0) for j in range(len(request.messages))], plan.constant,
             room=request.target.counted(room), after=request.target.counted(after),
-            older_end=lambda i: _older_end(request.messages, i),
-            last_end=lambda i: _last_end(request.messages, i),
+            older_end=lambda i: resets.older_end(request.messages, i),
+            last_end=lambda i: resets.last_end(request.messages, i),
             harder=lambda js, levels: self._sizes(plan, bridge, js, levels),
             max_level=MAX_LEVEL, snapshot_at=previous,
-            stale=lambda i, older: _stale(request.messages, i, older))
+            stale=lambda i, older: resets.stale(request.messages, i, older))
         sent = self._assemble(plan, scanned.levels)
         return self._outcome(plan, scanned, sent, previous, model_name)
 
     def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
-        self.sent.put(_chain(request.messages, model_name)[-1], [_digest(m) for m in sent])
+        self.sent.put(chain(request.messages, model_name)[-1], [digest(m) for m in sent])
 
     def _plan(self, request: Request) -> _Plan:
         model = request.target.model
@@ -181,7 +183,7 @@ class History:
             for i, part in enumerate(content):
                 if i in parts:
                     continue
-                if forms.is_text(part):
+                if shape.is_text(part):
                     texts.append(part["text"])
                 else:
                     media += 1
@@ -197,7 +199,7 @@ class History:
         counted = self._count("\n".join(texts), model) if texts else 0
         return conversation.TOKENS_PER_MESSAGE + counted + conversation.TOKENS_PER_MEDIA_PART * media
 
-    def _forms(self, plan: _Plan, bridge: _Bridge, pairs: Sequence[tuple[int, int]]) -> None:
+    def _forms(self, plan: _Plan, bridge: Bridge, pairs: Sequence[tuple[int, int]]) -> None:
         """Fill ``plan.forms`` for (piece, level) pairs: from the cache, else computed in the pool."""
         settings, model = plan.request.settings.prefix, plan.request.target.model
         missing: dict[str, tuple[int, list[tuple[int, int]]]] = {}  # form -> budget, its (piece, level)s
@@ -223,7 +225,7 @@ class History:
                 plan.forms[use] = form
         plan.new_forms += len(missing)
 
-    def _evidence(self, plan: _Plan, bridge: _Bridge, room: int) -> None:
+    def _evidence(self, plan: _Plan, bridge: Bridge, room: int) -> None:
         """Evidence blocks for follow-up questions: each user message after the first, from the
         earlier user messages (pasted documents) their first-sight forms cut
         (``gateway.compress.evidence``). Tool results are not searched: an agent reads again what it
@@ -266,7 +268,7 @@ class History:
                 total += plan.evidence[number][1]
         return total
 
-    def _sizes(self, plan: _Plan, bridge: _Bridge, messages: Sequence[int],
+    def _sizes(self, plan: _Plan, bridge: Bridge, messages: Sequence[int],
                levels: Sequence[int]) -> list[int]:
         pairs = list(zip(messages, levels, strict=True))
         self._forms(plan, bridge, [(p, level) for j, level in pairs for p in plan.by_message.get(j, ())])
@@ -332,14 +334,14 @@ class History:
         previous request, and how that is known: ``remembered`` (this instance sent it),
         ``recomputed`` (the scan as it stood at the previous request, with this request's
         parameters) or ``none`` (no previous request)."""
-        digests = [_digest(m) for m in sent]
-        chain = _chain(plan.request.messages, model_name)
-        self.sent.put(chain[-1], digests)
+        digests = [digest(m) for m in sent]
+        prefixes = chain(plan.request.messages, model_name)
+        self.sent.put(prefixes[-1], digests)
         if previous < 0:
             return 0, "none"
-        remembered = self.sent.get(chain[previous])
+        remembered = self.sent.get(prefixes[previous])
         if remembered is not None:
-            same = _common(digests[: previous + 1], remembered)
+            same = common(digests[: previous + 1], remembered)
             basis = "remembered"
         elif not any(m.get("role") == "assistant" for m in plan.request.messages[: previous + 1]):
             same, basis = 0, "none"  # a single question was compressed whole: unknown, so not claimed
@@ -356,65 +358,6 @@ def _text(plan: _Plan, number: int, level: int) -> str:
     text = form[0] if form is not None else plan.pieces[number].text
     block = plan.evidence.get(number, ("", 0))[0] if level == 0 else ""
     return f"{block}\n\n{text}" if block else text
-
-
-class _Bridge:
-    """Pool jobs from the planning thread: submitted on the loop, waited for in the thread."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, ticket: Ticket, workers: int) -> None:
-        self.loop = loop
-        self.ticket = ticket
-        self.workers = workers
-        self.closed = False
-
-    def map(self, job: Any, jobs: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
-        """``job(*args)`` for every args of ``jobs``, in one batch per worker."""
-        if self.closed:
-            raise RuntimeError("the request this build was for has ended")
-        size = max(1, self.workers)
-        batches = [jobs[i::size] for i in range(min(size, len(jobs)))]
-
-        async def run_all() -> list[list[tuple[str, int]]]:
-            return await asyncio.gather(*(self.ticket.run(batch_job, job, batch) for batch in batches))
-
-        done = asyncio.run_coroutine_threadsafe(run_all(), self.loop).result()
-        out: list[tuple[str, int]] = [("", 0)] * len(jobs)
-        for start, results in enumerate(done):
-            for offset, result in enumerate(results):
-                out[start + offset * size] = result
-        return out
-
-
-def batch_job(job: Any, batch: list[tuple[Any, ...]]) -> list[tuple[str, int]]:
-    """In a worker: ``job`` on each of a batch of arguments."""
-    return [job(*args) for args in batch]
-
-
-class _Sent:
-    """Per conversation (a hash of its messages), digests of the messages this instance sent."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.used = 0
-        self._sent: OrderedDict[str, list[str]] = OrderedDict()
-        self._lock = threading.Lock()  # builds of several requests run in threads at once
-
-    def get(self, name: str) -> list[str] | None:
-        with self._lock:
-            return self._sent.get(name)
-
-    def put(self, name: str, digests: list[str]) -> None:
-        with self._lock:
-            self._put(name, digests)
-
-    def _put(self, name: str, digests: list[str]) -> None:
-        if name in self._sent:
-            self.used -= 48 * len(self._sent.pop(name))
-        self._sent[name] = digests
-        self.used += 48 * len(digests)
-        while self.used > self.max_bytes and self._sent:
-            _, old = self._sent.popitem(last=False)
-            self.used -= 48 * len(old)
 
 
 # -- pure helpers ------------------------------------------------------------------------------
@@ -435,77 +378,6 @@ def _room(request: Request) -> tuple[int, int]:
     if asked != policy.AUTO:
         return room, min(int(asked), room)  # a cost budget: the trigger (or the window), then the budget
     return room, int(room * settings.prefix.reset_fill)
-
-
-def _turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
-    """Where earlier requests of this conversation ended (a message the assistant answered), and
-    the end of this one."""
-    ends = [i for i in range(len(messages) - 1)
-            if messages[i].get("role") in ("user", "tool") and messages[i + 1].get("role") == "assistant"]
-    return [*ends, len(messages) - 1]
-
-
-IDENTIFIER = re.compile(r"[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z_]\w*_\w+|[a-z]+[A-Z]\w*")
-
-
-def _stale(messages: Sequence[dict[str, Any]], i: int, older: list[int]) -> list[int]:
-    """Of ``older``, those a reset at ``i`` would rather harden: all but the tool outputs some of whose
-    identifiers (paths, dotted or snake_case or camelCase names) the agent has written since (in its
-    words or tool-call arguments, up to ``i``). Causal: reads messages ``0..i`` only. Linear: one pass
-    records where the agent last wrote each identifier."""
-    last_written: dict[str, int] = {}
-    for k in range(i + 1):
-        if messages[k].get("role") == "assistant":
-            for name in IDENTIFIER.findall(_agent_words(messages[k])):
-                last_written[name] = k
-
-    def mentioned(j: int) -> bool:
-        if messages[j].get("role") != "tool":
-            return False
-        return any(last_written.get(name, -1) > j for name in IDENTIFIER.findall(_message_text(messages[j])))
-
-    return [j for j in older if not mentioned(j)]
-
-
-def _agent_words(message: dict[str, Any]) -> str:
-    """An assistant message's text and its tool calls' arguments."""
-    calls = [c for c in message.get("tool_calls") or () if isinstance(c, dict)]
-    args = [str((c.get("function") or {}).get("arguments", "")) for c in calls]
-    return "\n".join([_message_text(message), *args])
-
-
-def _message_text(message: dict[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p["text"] for p in content if forms.is_text(p))
-    return ""
-
-
-def _older_end(messages: Sequence[dict[str, Any]], i: int) -> int:
-    """The end of the part a reset at ``i`` may harden: before the newest assistant message up to
-    ``i`` (the newest turn stays as first sent), and before any assistant message that carries
-    thinking blocks after the last user message (its provider checks what precedes it)."""
-    end = next((j for j in range(i, -1, -1) if messages[j].get("role") == "assistant"), 0)
-    return min(end, _thinking_end(messages, i))
-
-
-def _thinking_end(messages: Sequence[dict[str, Any]], i: int) -> int:
-    """The first assistant message with thinking blocks since the last user message up to ``i``
-    (``i + 1`` if none): its provider checks what precedes it, within the current tool loop."""
-    last_user = next((j for j in range(i, -1, -1) if messages[j].get("role") == "user"), 0)
-    return next((j for j in range(last_user, i + 1) if messages[j].get("role") == "assistant"
-                 and (messages[j].get("thinking_blocks") or messages[j].get("reasoning_content"))), i + 1)
-
-
-def _last_end(messages: Sequence[dict[str, Any]], i: int) -> int:
-    """What a reset at ``i`` hardens when the older part is not enough: everything up to ``i`` but the
-    last user message (the question), and still nothing from a checked thinking block on."""
-    end = i + 1
-    if messages[i].get("role") == "user":
-        end = i
-    return min(end, _thinking_end(messages, i))
 
 
 def _with_forms(message: dict[str, Any], replaced: list[tuple[forms.Piece, str]]) -> dict[str, Any]:
@@ -544,21 +416,3 @@ def _with_breakpoint(sent: list[dict[str, Any]], previous: int, wanted: bool) ->
         return sent
     out[previous] = message
     return out
-
-
-def _digest(message: dict[str, Any]) -> str:
-    return hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).hexdigest()
-
-
-def _chain(messages: Sequence[dict[str, Any]], model_name: str) -> list[str]:
-    """A hash of every prefix ``messages[: i + 1]`` (and the model), in one pass."""
-    digest = hashlib.blake2b(model_name.encode(), digest_size=16)
-    out = []
-    for message in messages:
-        digest.update(json.dumps(message, sort_keys=True).encode())
-        out.append(digest.copy().hexdigest())
-    return out
-
-
-def _common(a: Sequence[str], b: Sequence[str]) -> int:
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

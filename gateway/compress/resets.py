@@ -8,12 +8,20 @@ budget), in one step, and the walk goes on. The decision at message ``i`` reads 
 only, so the scan over a request's first ``k`` messages finds the same points as the scan of every
 later request of the conversation: a cold instance reproduces them, and between two resets a
 conversation only appends.
+
+What a reset may touch is read from the messages here too (``older_end``, ``last_end``, ``stale``):
+never the newest turn while the older part is enough, never a thinking block or what precedes it
+within its tool loop, and first the tool outputs the agent no longer refers to.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.compress import messages as shape
 
 # Sizes of messages ``indices`` at ``levels`` (computing their forms when needed).
 Sizes = Callable[[Sequence[int], Sequence[int]], list[int]]
@@ -105,3 +113,67 @@ def _apply(result: Scan, current: list[int], i: int, chosen: list[int], levels: 
     result.total -= saved
     if not result.points or result.points[-1] != i:
         result.points.append(i)
+
+
+# -- what a reset may touch --------------------------------------------------------------------
+
+
+def turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
+    """Where earlier requests of this conversation ended (a message the assistant answered), and
+    the end of this one."""
+    ends = [i for i in range(len(messages) - 1)
+            if messages[i].get("role") in ("user", "tool") and messages[i + 1].get("role") == "assistant"]
+    return [*ends, len(messages) - 1]
+
+
+IDENTIFIER = re.compile(r"[A-Za-z_][\w-]*(?:[./][\w-]+)+|[A-Za-z_]\w*_\w+|[a-z]+[A-Z]\w*")
+
+
+def stale(messages: Sequence[dict[str, Any]], i: int, older: list[int]) -> list[int]:
+    """Of ``older``, those a reset at ``i`` would rather harden: all but the tool outputs some of whose
+    identifiers (paths, dotted or snake_case or camelCase names) the agent has written since (in its
+    words or tool-call arguments, up to ``i``). Causal: reads messages ``0..i`` only. Linear: one pass
+    records where the agent last wrote each identifier."""
+    last_written: dict[str, int] = {}
+    for k in range(i + 1):
+        if messages[k].get("role") == "assistant":
+            for name in IDENTIFIER.findall(agent_words(messages[k])):
+                last_written[name] = k
+
+    def mentioned(j: int) -> bool:
+        if messages[j].get("role") != "tool":
+            return False
+        return any(last_written.get(name, -1) > j for name in IDENTIFIER.findall(shape.text(messages[j])))
+
+    return [j for j in older if not mentioned(j)]
+
+
+def agent_words(message: dict[str, Any]) -> str:
+    """An assistant message's text and its tool calls' arguments."""
+    args = [str(shape.function(c).get("arguments", "")) for c in shape.calls(message)]
+    return "\n".join([shape.text(message), *args])
+
+
+def older_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """The end of the part a reset at ``i`` may harden: before the newest assistant message up to
+    ``i`` (the newest turn stays as first sent), and before any assistant message that carries
+    thinking blocks after the last user message (its provider checks what precedes it)."""
+    end = next((j for j in range(i, -1, -1) if messages[j].get("role") == "assistant"), 0)
+    return min(end, thinking_end(messages, i))
+
+
+def thinking_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """The first assistant message with thinking blocks since the last user message up to ``i``
+    (``i + 1`` if none): its provider checks what precedes it, within the current tool loop."""
+    last_user = next((j for j in range(i, -1, -1) if messages[j].get("role") == "user"), 0)
+    return next((j for j in range(last_user, i + 1) if messages[j].get("role") == "assistant"
+                 and shape.thinks(messages[j])), i + 1)
+
+
+def last_end(messages: Sequence[dict[str, Any]], i: int) -> int:
+    """What a reset at ``i`` hardens when the older part is not enough: everything up to ``i`` but the
+    last user message (the question), and still nothing from a checked thinking block on."""
+    end = i + 1
+    if messages[i].get("role") == "user":
+        end = i
+    return min(end, thinking_end(messages, i))

@@ -1,5 +1,5 @@
-"""The parts of per-message forms one by one: what a piece is, the causal reset scan, the checks
-before forwarding, and the event loop staying free while a long conversation is prepared."""
+"""The parts of per-message forms one by one: what a piece is, the checks before forwarding, and the
+event loop staying free while a long conversation is prepared."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import time
 from typing import Any
 
-from gateway.compress import checks, forms, resets
+from gateway.compress import checks, forms
+from gateway.compress import messages as shape
 from gateway.compress.compressor import Compressor
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -77,36 +78,11 @@ def test_arguments_are_compressed_as_json_strings() -> None:
     assert parsed["path"] == "a.py" and len(parsed["file_text"]) < len(long) / 4 and tokens < 200
 
 
-def test_the_scan_is_causal() -> None:
-    """The reset points of a conversation's first k messages are those of every longer one."""
-    sizes = [50, 400, 30, 900, 30, 800, 30, 700, 30, 900, 30, 600]
-
-    def harder(js: list[int], levels: list[int]) -> list[int]:
-        return [sizes[j] // (2**level) for j, level in zip(js, levels, strict=True)]
-
-    def run(k: int) -> resets.Scan:
-        return resets.scan(
-            sizes[:k],
-            10,
-            room=2000,
-            after=1200,
-            older_end=lambda i: max(0, i - 1),
-            last_end=lambda i: i,
-            harder=harder,
-            max_level=4,
-        )
-
-    full = run(len(sizes))
-    assert full.points and full.total <= 2000
-    for k in range(1, len(sizes)):
-        assert run(k).points == [p for p in full.points if p < k]
-
-
 def test_checks_catch_what_providers_reject() -> None:
     messages = _loop(2)
     assert checks.problems(messages, messages) == []
     swapped = [*messages[:3], messages[4], messages[3], *messages[5:]]
-    assert checks.pairing(swapped) and checks.problems(messages, swapped)
+    assert shape.pairing(swapped) and checks.problems(messages, swapped)
     broken = json.loads(json.dumps(messages))
     broken[2]["tool_calls"][0]["function"]["arguments"] = "{not json"
     assert any("no longer JSON" in p for p in checks.problems(messages, broken))

@@ -27,6 +27,7 @@ from corpus import SENTENCES
 from fake_upstream import CACHED_TOKENS, REPLY_TEXT, FakeUpstream
 
 from gateway.compress import checks
+from gateway.compress import messages as shape
 from gateway.compress.evidence import CLOSE, OPEN
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -265,7 +266,7 @@ def test_an_agent_loop_only_appends(gateways: list[str], upstream: FakeUpstream)
         if sent:
             assert _starts_with(seen, sent[-1])
             assert headers["x-mixpr-reset"] == "false" and int(headers["x-mixpr-prefix-reused-tokens"]) > 0
-        assert checks.pairing(seen) == []
+        assert shape.pairing(seen) == []
         newest = seen[-1]["content"]
         assert len(newest) < len(messages[-1]["content"]) / 2 and "omitted" in newest
         sent.append(seen)
@@ -284,7 +285,7 @@ def test_parallel_calls_keep_their_results_together(gateways: list[str], upstrea
     _, _, before = _chat(gateways[0], upstream, loop[1])
     _, _, seen = _chat(gateways[0], upstream, loop[2])
     assert _starts_with(seen, before)
-    assert checks.pairing(seen) == []
+    assert shape.pairing(seen) == []
     calls = [c["id"] for c in seen[-3]["tool_calls"]]
     assert [m["tool_call_id"] for m in seen[-2:]] == calls == ["call_20", "call_21"]
     assert all("omitted" in m["content"] for m in seen[-2:])
@@ -376,7 +377,7 @@ def test_claude_code_loop_never_changes_what_precedes_a_thinking_block(
         if sent:
             assert _starts_with(seen, sent[-1]) and headers["x-mixpr-reset"] == "false"
         sent.append(seen)
-    assert checks.pairing(seen) == []
+    assert shape.pairing(seen) == []
     assistants = [m for m in seen if m["role"] == "assistant"]
     assert len(assistants) == 5 and all("Reading." in json.dumps(m) for m in assistants)
     assert "omitted" in seen[-1]["content"] if isinstance(seen[-1]["content"], str) else True
@@ -435,7 +436,7 @@ def test_codex_loop_over_responses_only_appends(gateways: list[str], upstream: F
         messages = seen.json["messages"]
         if sent:
             assert _starts_with(messages, sent[-1]) and raw.headers["x-mixpr-reset"] == "false"
-        assert checks.pairing(messages) == []
+        assert shape.pairing(messages) == []
         sent.append(messages)
     assert "omitted" in messages[-1]["content"] and messages[-1]["tool_call_id"] == "fc_3"
 
