@@ -148,17 +148,17 @@ class Compressor:
             return target.tokens(await offload.inline_or_run(big, count_tokens, text, target.model))
         return target.tokens(await pool.run(count_tokens, text, target.model))
 
-    async def fits(self, messages: list[dict[str, Any]], *, tools: Any, target: Target,
-                   settings: MixprSettings) -> bool:
-        """Whether ``messages`` fit ``target`` as they are, whatever the trigger (counting only; a
-        failed count says no)."""
-        ticket = Ticket(self)
+    async def measure(self, messages: list[dict[str, Any]], *, tools: Any, target: Target,
+                      settings: MixprSettings) -> tuple[int, int | None]:
+        """Counting only: the tokens of ``messages`` that compression never shrinks, and the rest's
+        (None: far over ``target.limit``, so not counted; also when counting failed)."""
+        ticket = self.ticket()
         whole = settings.model_copy(update={"compress_above_tokens": None})
         try:
-            return await self.passes(ticket, messages, tools=tools, target=target, settings=whole,
-                                     control=Control())
+            _, fixed, stream, _ = await self._measure(ticket, messages, tools, target, whole, Control())
+            return fixed, stream
         except JobFailed:
-            return False
+            return 0, None
         finally:
             ticket.release()
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gateway.compress import policy
 from gateway.compress.compressor import Compressor, Outcome, Router
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -153,7 +154,8 @@ class Preparer:
 
     async def _reply(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
                      added: int) -> reply.Reply:
-        """The reply the request asks for, lowered to its ceiling when the prompt does not fit beside it."""
+        """The reply the request asks for, lowered to its ceiling when the prompt, as it would be sent
+        (whole below the trigger, else compressed to the budget), does not fit beside it."""
         name = entry.model_name
         asked = reply.asked(call.params, settings.completion_reserve_tokens)
         top = reply.ceiling(self.windows[name], self.outputs[name], settings.completion_reserve_tokens)
@@ -161,9 +163,10 @@ class Preparer:
             return asked
         target = Target(entry.upstream_model, self.windows[name], asked.tokens, asked.param, added,
                         self.scales[name])
-        fits = await self.compressor.fits(call.messages, tools=call.params.get("tools"), target=target,
-                                          settings=settings)
-        return asked if fits else asked.to(top)
+        fixed, stream = await self.compressor.measure(call.messages, tools=call.params.get("tools"),
+                                                      target=target, settings=settings)
+        sent = policy.sent_size(fixed, stream, settings, control)
+        return asked if sent + asked.tokens + added <= self.windows[name] else asked.to(top)
 
     @staticmethod
     def _lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:

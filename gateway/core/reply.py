@@ -4,8 +4,9 @@ prompt no room (issue 28).
 Agents ask for long replies out of habit (Claude Code sends ``max_tokens: 32000`` for Claude
 models) and most replies are far shorter, but every token kept for the reply is taken from the
 prompt: on a 32k-window model that reserve leaves the prompt nothing, and the provider refuses a
-prompt plus ``max_tokens`` over its window. So when the prompt, as the client sent it, does not fit
-beside the reply asked for, the reply is lowered to its *ceiling*: a quarter of the window, less
+prompt plus ``max_tokens`` over its window. So when the prompt, as it would be sent (whole below the
+trigger, else compressed to the budget: ``policy.sent_size``), does not fit beside the reply asked
+for, the reply is lowered to its *ceiling*: a quarter of the window, less
 when the model's ``max_output_tokens`` is smaller, never less than ``completion_reserve_tokens``
 (the reply a request without ``max_tokens`` gets). When even then the parts of the prompt that are
 never compressed leave no room, it is lowered to ``completion_reserve_tokens``; only when that does

@@ -31,6 +31,7 @@ ASKED = 32_000  # Claude Code's max_tokens for Claude models
 CEILING = WINDOW // 4  # a quarter of the window
 FLOOR = 1024  # completion_reserve_tokens' default
 OUTPUT = 4000  # model_info.max_output_tokens of "w32k-out"
+COST_BUDGET = 2000  # budget_tokens of "w32k-cost"
 SCALE = 1.25  # the gateway's model tokens per tiktoken token for a model it has no tokenizer for
 
 
@@ -48,7 +49,9 @@ def _config(base: str, anthropic_url: str) -> dict[str, Any]:
                                  "api_key": UPSTREAM_KEY}}
     short = {**window, "max_output_tokens": OUTPUT}
     return {"model_list": [model("w32k", "w32k", base, model_info=window),
-                           model("w32k-out", "w32k-out", base, model_info=short), claude],
+                           model("w32k-out", "w32k-out", base, model_info=short),
+                           model("w32k-cost", "w32k-cost", base, model_info=window,
+                                 mixpr={"budget_tokens": COST_BUDGET}), claude],
             "mixpr_settings": {"router": "heuristic"},
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
 
@@ -121,6 +124,19 @@ def test_a_long_prompt_is_compressed_into_what_the_lowered_reply_leaves(
     assert 0.8 * (WINDOW - CEILING) <= kept <= WINDOW - CEILING
     assert _received(upstream, "w32k")["max_tokens"] == CEILING
     assert 'mixpr_replies_lowered_total{model="w32k"}' in httpx.get(url + "/metrics").text
+
+
+def test_a_reply_that_fits_beside_the_compressed_prompt_keeps_it(chat: openai.OpenAI,
+                                                                upstream: FakeUpstream) -> None:
+    """A cost budget of 2,000 tokens: a 40k-token prompt is sent as about 2,000, so 24,000 tokens of
+    reply fit beside it and are left as asked."""
+    upstream.clear()
+    raw = chat.chat.completions.with_raw_response.create(model="w32k-cost", messages=_user(40_000, seed=4),
+                                                         max_tokens=24_000)
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert "x-mixpr-max-tokens" not in raw.headers
+    assert int(raw.headers["x-mixpr-compressed-tokens"]) <= COST_BUDGET + 50
+    assert _received(upstream, "w32k-cost")["max_tokens"] == 24_000
 
 
 def test_the_models_max_output_tokens_is_the_ceiling(chat: openai.OpenAI, upstream: FakeUpstream) -> None:
