@@ -8,9 +8,10 @@ prompt plus ``max_tokens`` over its window. So when the prompt, as it would be s
 trigger, else compressed to the budget: ``policy.sent_size``), does not fit beside the reply asked
 for, the reply is lowered to its *ceiling*: a quarter of the window, less
 when the model's ``max_output_tokens`` is smaller, never less than ``completion_reserve_tokens``
-(the reply a request without ``max_tokens`` gets). When even then the parts of the prompt that are
-never compressed leave no room, it is lowered to ``completion_reserve_tokens``; only when that does
-not fit either is the request refused. The lowered value is what the upstream receives.
+(the reply a request without ``max_tokens`` gets). When the prompt cannot be made to fit beside even
+that (what is never compressed is too long), it is lowered to ``completion_reserve_tokens``; only
+when that does not fit either is the request refused. The lowered value is what the upstream
+receives.
 
 The ceiling is a function of the model alone, never of the prompt: a conversation's turns keep one
 room, so its reset points stay where they were (``gateway.compress.resets``).

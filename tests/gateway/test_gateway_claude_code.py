@@ -40,7 +40,9 @@ FILES = 15
 WINDOW = 32_768
 MODEL = "claude-sonnet-4-6"
 ASKED_REPLY = 32_000  # Claude Code's max_tokens for Claude models
-LOWERED_REPLY = WINDOW // 4  # what the gateway lowers it to (gateway.core.reply)
+# What the gateway lowers it to (gateway.core.reply): a quarter of the window, or
+# completion_reserve_tokens when that leaves the history no room beside Claude Code's own prompt.
+LOWERED_REPLIES = {WINDOW // 4, 1024}
 TASK = "Read each of the files the project holds and report the code written at the top of each."
 
 
@@ -112,7 +114,7 @@ def test_claude_code_reads_15_files_through_a_32k_model(claude: Path, tmp_path: 
     assert "CODE-14-ox" in json.dumps(newest_result["content"])
     # What Claude Code sends besides its messages is relayed as it sent it; max_tokens lowered.
     assert last["thinking"] and last["context_management"] and "anthropic-beta" in loop[-1].headers
-    assert {r.json["max_tokens"] for r in loop} == {LOWERED_REPLY}
+    assert {r.json["max_tokens"] for r in loop} <= LOWERED_REPLIES
     # The files hold more than the window: the gateway compressed, and the history fits again.
     sizes = sum(Path(p).stat().st_size for p in project)
     results = sum(len(json.dumps(b["content"])) for b in _blocks(loop[-1]) if b["type"] == "tool_result")
@@ -133,7 +135,7 @@ def test_claude_code_keeps_the_codeword_the_task_asks_for(release: str, request:
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     loop = upstream.loop_requests()
     assert len(loop) == FILES + 1
-    assert {r.json["max_tokens"] for r in loop} == {LOWERED_REPLY}
+    assert {r.json["max_tokens"] for r in loop} <= LOWERED_REPLIES
     last = loop[-1]
     _assert_every_read_answered(last)
     sent = json.dumps(last.json["messages"])
