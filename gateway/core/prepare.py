@@ -148,7 +148,6 @@ class Preparer:
             outcome = await self._counted(counter, request, name, prefix, outcome)
         if kept.lowered:
             assert kept.asked is not None  # lowered implies asked
-            self.metrics.replies_lowered.labels(name).inc()
             outcome = replace(outcome, max_tokens=(kept.asked, kept.tokens))
         return outcome
 
@@ -195,6 +194,8 @@ class Preparer:
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                                  outcome.route, outcome.compress_ms)
+        if outcome.max_tokens:
+            self.metrics.replies_lowered.labels(model).inc()
         log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",
                  model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                  outcome.route, _ms(outcome.compress_ms), (time.perf_counter() - started) * 1000)
