@@ -138,6 +138,9 @@ class ModelInfo(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     max_input_tokens: int | None = Field(None, ge=1)
+    # The longest reply the model gives: what a max_tokens that leaves the prompt no room is lowered
+    # to, at most (gateway.core.reply).
+    max_output_tokens: int | None = Field(None, ge=1)
 
 
 class ModelEntry(_Strict):
@@ -351,3 +354,17 @@ def max_input_tokens(entry: ModelEntry, default: int) -> int:
     except Exception:  # LiteLLM raises a bare Exception for models it does not know
         return default
     return int(info.get("max_input_tokens") or default)
+
+
+def max_output_tokens(entry: ModelEntry) -> int | None:
+    """The model's longest reply: the config's ``model_info``, else LiteLLM's model map, else None."""
+    if entry.model_info.max_output_tokens:
+        return entry.model_info.max_output_tokens
+    import litellm
+
+    try:
+        info = litellm.get_model_info(entry.upstream_model)
+    except Exception:  # LiteLLM raises a bare Exception for models it does not know
+        return None
+    value = info.get("max_output_tokens")
+    return int(value) if isinstance(value, int) and value > 0 else None

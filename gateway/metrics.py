@@ -85,6 +85,9 @@ class Metrics:
         self.guardrail_kept_whole = Counter("mixpr_guardrail_kept_whole", "Messages the LiteLLM plug-in sent "
                                             "whole because LiteLLM cannot write their text back in place",
                                             ["reason"], registry=r)
+        self.replies_lowered = Counter("mixpr_replies_lowered", "Chat requests whose max_tokens was lowered "
+                                       "because it left the prompt no room (x-mixpr-max-tokens)", ["model"],
+                                       registry=r)
         self.upstream_calls = Counter("mixpr_upstream_calls", "Chat calls forwarded upstream, by how: "
                                       "relay (the request's bytes, gateway.upstream.chat_relay) or litellm",
                                       ["model", "via"], registry=r)

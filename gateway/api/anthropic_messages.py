@@ -34,6 +34,7 @@ from gateway.api import anthropic_blocks as blocks
 from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
 from gateway.core import cache_key
 from gateway.core.chat import ChatCall, report_headers
+from gateway.core.reply import forwarded
 from gateway.edge.remote_files import ANTHROPIC, refuse_urls
 from gateway.errors import BadRequest, GatewayError
 from gateway.run import offload
@@ -122,7 +123,7 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
     outcome = await gateway.chat.prepare(call)
     big = offload.many(outcome.messages)  # the write-back walks every block
     sent = await offload.inline_or_run(big, blocks.write_back, body, outcome.messages)
-    payload = {k: v for k, v in sent.items() if k != "mixpr"}
+    payload = forwarded({k: v for k, v in sent.items() if k != "mixpr"}, outcome.max_tokens)
     payload["model"] = relay.model_name(entry)
     timeout = entry.litellm_params.get("timeout") or gateway.config.general_settings.request_timeout_s
     upstream_headers = relay.headers(entry, request.headers, gateway.chat.betas)

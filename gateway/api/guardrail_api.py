@@ -64,7 +64,8 @@ async def basic_guardrail(request: Request) -> JSONResponse:
     # validating is per-part work
     messages = await offload.inline_or_run(offload.many(messages), validate_messages, messages)
     plan = layout(body, messages)
-    call = ChatCall(model, plan.messages, reply_params(body, body.get("tools")), control)
+    # LiteLLM writes back texts only, never max_tokens: the reply keeps what the client asked.
+    call = ChatCall(model, plan.messages, reply_params(body, body.get("tools")), control, lowers_reply=False)
     try:
         outcome = await gateway.chat.prepare(call)
     except GatewayError as exc:

@@ -19,6 +19,7 @@ from gateway.api.common import authorized_body, event_stream, parse_control
 from gateway.api.openai_chat import sse, validate_params
 from gateway.compress.compressor import Outcome
 from gateway.core.chat import report_headers
+from gateway.core.reply import forwarded
 from gateway.errors import BadRequest
 from gateway.upstream import forward as upstream
 
@@ -62,6 +63,7 @@ async def completions(request: Request) -> Response:
     params = {k: v for k, v in body.items() if k not in ("model", "prompt", "mixpr", "stream")}
     if isinstance(prompt, str):
         entry, prompt, outcome = await gateway.chat.prepare_prompt(body["model"], prompt, params, control)
+        params = forwarded(params, outcome.max_tokens)
     else:
         entry, outcome = gateway.chat.entry(body["model"]), None
     kwargs = upstream.build_passthrough_call(entry, params, known=upstream.TEXT_COMPLETION_PARAMS,

@@ -79,6 +79,7 @@ class Outcome:
     new_forms: int = 0  # message forms computed for this request (found in no cache: memory, Redis)
     reuse_basis: str = "none"  # how reused_tokens is known: remembered, recomputed or none
     resets: int = 0  # reset points in the conversation so far
+    max_tokens: tuple[int, int] | None = None  # (asked, sent) when the reply's limit was lowered (core.reply)
 
 
 class Compressor:
@@ -146,6 +147,20 @@ class Compressor:
             big = len(text) > THREAD_COUNT_CHARS
             return target.tokens(await offload.inline_or_run(big, count_tokens, text, target.model))
         return target.tokens(await pool.run(count_tokens, text, target.model))
+
+    async def measure(self, messages: list[dict[str, Any]], *, tools: Any, target: Target,
+                      settings: MixprSettings) -> tuple[int, int | None]:
+        """Counting only: the tokens of ``messages`` that compression never shrinks, and the rest's
+        (None: far over ``target.limit``, so not counted; also when counting failed)."""
+        ticket = self.ticket()
+        whole = settings.model_copy(update={"compress_above_tokens": None})
+        try:
+            _, fixed, stream, _ = await self._measure(ticket, messages, tools, target, whole, Control())
+            return fixed, stream
+        except JobFailed:
+            return 0, None
+        finally:
+            ticket.release()
 
     async def passes(self, pool: Ticket, messages: list[dict[str, Any]], *, tools: Any, target: Target,
                      settings: MixprSettings, control: Control) -> bool:

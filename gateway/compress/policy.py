@@ -41,6 +41,7 @@ class Target:
     reserve_param: str | None = None  # "max_tokens" when the client set the reserve, for errors
     added: int = 0  # tokens the gateway adds after compression (the Self-Route instruction)
     scale: float = 1.0  # the model's tokens per tiktoken token: 1 + token_margin (gateway.core.model_tokens)
+    asked: int | None = None  # what the client asked for the reply, when ``reserve`` is lowered from it
 
     @property
     def limit(self) -> int:
@@ -77,11 +78,28 @@ def budget(fixed: int, target: Target, settings: MixprSettings, control: Control
     return min(settings.max_budget_tokens if asked == AUTO else asked, room)
 
 
+def sent_size(fixed: int, stream: int | None, settings: MixprSettings, control: Control) -> float:
+    """About the tokens a prompt is sent as, whatever the window leaves it: whole below the trigger,
+    else its never-compressed parts (``fixed``) plus the budget (``auto``: its cap). ``stream``: the
+    rest's tokens, None when it was too long to count."""
+    whole = math.inf if stream is None else fixed + stream
+    trigger = settings.compress_above_tokens
+    if control.enabled is not True and trigger is not None and whole <= trigger:
+        return whole
+    asked = control.budget_tokens or settings.budget_tokens
+    return min(whole, fixed + (settings.max_budget_tokens if asked == AUTO else int(asked)))
+
+
 def _blamed(fixed: int, target: Target) -> str:
     return target.reserve_param if target.reserve_param and target.reserve >= fixed else "messages"
 
 
 def _no_room(fixed: int, target: Target) -> str:
+    if target.asked is not None:
+        return (f"The parts of the prompt that are never compressed (system messages, tool definitions "
+                f"and calls, images, message framing) take {fixed} tokens: with {target.reserve_param} "
+                f"lowered from {target.asked} to {target.reserve}, the least reply the gateway leaves room "
+                f"for, they still exceed the {target.window} tokens the model accepts.")
     if target.reserve_param and target.reserve >= target.window:
         return (f"{target.reserve_param}={target.reserve} leaves no room for the prompt: the model "
                 f"accepts {target.window} tokens in all. Ask for fewer {target.reserve_param}.")

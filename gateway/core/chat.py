@@ -16,6 +16,7 @@ from gateway.compress.compressor import Outcome
 from gateway.compress.policy import Control
 from gateway.config import ModelEntry
 from gateway.core import cache_key, self_route
+from gateway.core import reply as replies
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
 from gateway.run import offload
@@ -149,7 +150,8 @@ class ChatService(Preparer):
         messages = outcome.messages
         if call.wire is not None:  # a walk of every block: off the loop for a big request
             messages = await offload.inline_or_run(offload.many(messages), call.wire, messages)
-        kwargs = upstream.build_call(entry, call.params, messages, timeout=timeout)
+        params = replies.forwarded(call.params, outcome.max_tokens)
+        kwargs = upstream.build_call(entry, params, messages, timeout=timeout)
         if call.stream:
             stream = await upstream.open_stream(kwargs)
             chunks = self._metered(entry.model_name, call.model, upstream.stream_chunks(stream))
@@ -176,7 +178,8 @@ class ChatService(Preparer):
                        headers: dict[str, str]) -> ChatReply:
         """The passthrough as bytes to an OpenAI-compatible upstream (``gateway.upstream.chat_relay``)."""
         self.metrics.upstream_calls.labels(model, "relay").inc()
-        content = chat_relay.body(route, outcome.messages, call.params, stream=call.stream)
+        params = replies.forwarded(call.params, outcome.max_tokens)
+        content = chat_relay.body(route, outcome.messages, params, stream=call.stream)
         if call.stream:
             def on_usage(usage: dict[str, Any]) -> None:
                 self.metrics.record_usage(model, usage)

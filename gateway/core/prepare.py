@@ -8,19 +8,27 @@ the reply are ``gateway.core.chat``'s, on top of :class:`Preparer`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.compress import shared_forms
+from gateway.compress import policy, shared_forms
 from gateway.compress.compressor import Compressor, Outcome, Router
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
-from gateway.config import ROUTER_ONLY_PARAMS, GatewayConfig, MixprSettings, ModelEntry, max_input_tokens
-from gateway.core import model_tokens, self_route
-from gateway.errors import ModelNotFound, ModelUnavailable
+from gateway.config import (
+    ROUTER_ONLY_PARAMS,
+    GatewayConfig,
+    MixprSettings,
+    ModelEntry,
+    max_input_tokens,
+    max_output_tokens,
+)
+from gateway.core import model_tokens, reply, self_route
+from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
 from gateway.metrics import Metrics
 
 log = logging.getLogger("gateway.core.prepare")
@@ -43,6 +51,9 @@ class ChatCall:
     wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
     raw_reply: bool = False  # the API can take the chat answer as bytes from the raw relay (body, events)
     session: str | None = None  # the conversation the client names (``gateway.core.cache_key``)
+    # False when whoever forwards the call cannot send a lowered max_tokens (the generic guardrail
+    # API answers with texts only): the reply then keeps what the client asked (``gateway.core.reply``).
+    lowers_reply: bool = True
 
 
 @dataclass
@@ -61,6 +72,7 @@ class Preparer:
         default = self.config.general_settings.default_max_input_tokens
         # Looked up once: LiteLLM's model map is a large dict, and windows do not change.
         self.windows = {m.model_name: max_input_tokens(m, default) for m in self.config.model_list}
+        self.outputs = {m.model_name: max_output_tokens(m) for m in self.config.model_list}
         self.settings = {m.model_name: m.settings(self.config.mixpr_settings) for m in self.config.model_list}
         self.scales = {m.model_name: 1 + model_tokens.margin(m, self.settings[m.model_name])
                        for m in self.config.model_list}
@@ -112,18 +124,59 @@ class Preparer:
     async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
                        added: int = 0, *, prefix: bool = False, more_evidence: bool = False) -> Outcome:
         """``prefix``: keep the bytes sent for the conversation's earlier turns (escalations do not:
-        they ask about the whole conversation afresh)."""
+        they ask about the whole conversation afresh). The reply's limit is lowered when it leaves the
+        prompt no room (``gateway.core.reply``), to ``completion_reserve_tokens`` when even its ceiling
+        leaves none."""
+        asked = await self._reply(entry, call, settings, control, added)
+        fit = functools.partial(self._fitted, entry, call, settings, control, added, prefix=prefix,
+                                more_evidence=more_evidence)
+        try:
+            return await fit(asked)
+        except ContextLengthExceeded:
+            least = asked.to(settings.completion_reserve_tokens)
+            if not self._lowers(call, control, asked) or least == asked:
+                raise
+            return await fit(least)
+
+    async def _fitted(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
+                      added: int, kept: reply.Reply, *, prefix: bool, more_evidence: bool) -> Outcome:
+        """What is sent with ``kept`` tokens left free for the reply."""
         name = entry.model_name
-        target = Target(entry.upstream_model, self.windows[name], _reserve(call.params, settings),
-                        _reserve_param(call.params), added, self.scales[name])
+        target = Target(entry.upstream_model, self.windows[name], kept.tokens, kept.param, added,
+                        self.scales[name], asked=kept.asked if kept.lowered else None)
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
                           self.routers.get(settings.router_model or name), more)
         outcome = await self._decide(request, name, prefix)
         counter = self.counters.get(name)
-        if counter is None or control.enabled is False:
-            return outcome
-        return await self._counted(counter, request, name, prefix, outcome)
+        if counter is not None and control.enabled is not False:
+            outcome = await self._counted(counter, request, name, prefix, outcome)
+        if kept.lowered:
+            assert kept.asked is not None  # lowered implies asked
+            outcome = replace(outcome, max_tokens=(kept.asked, kept.tokens))
+        return outcome
+
+    async def _reply(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
+                     added: int) -> reply.Reply:
+        """The reply the request asks for, lowered to its ceiling when the prompt, as it would be sent
+        (whole below the trigger, else compressed to the budget), does not fit beside it."""
+        name = entry.model_name
+        asked = reply.asked(call.params, settings.completion_reserve_tokens)
+        top = reply.ceiling(self.windows[name], self.outputs[name], settings.completion_reserve_tokens)
+        if not self._lowers(call, control, asked) or asked.tokens <= top:
+            return asked
+        target = Target(entry.upstream_model, self.windows[name], asked.tokens, asked.param, added,
+                        self.scales[name])
+        fixed, stream = await self.compressor.measure(call.messages, tools=call.params.get("tools"),
+                                                      target=target, settings=settings)
+        sent = policy.sent_size(fixed, stream, settings, control)
+        return asked if sent + asked.tokens + added <= self.windows[name] else asked.to(top)
+
+    @staticmethod
+    def _lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:
+        """Whether the gateway may lower this call's reply: the client set it, the forwarder can send a
+        lowered one, and compression is not switched off for the request."""
+        return asked.asked is not None and call.lowers_reply and control.enabled is not False
 
     async def _decide(self, request: Request, name: str, prefix: bool) -> Outcome:
         assert self.history is not None  # set in __post_init__
@@ -146,6 +199,8 @@ class Preparer:
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                                  outcome.route, outcome.compress_ms)
+        if outcome.max_tokens:
+            self.metrics.replies_lowered.labels(model).inc()
         log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",
                  model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                  outcome.route, _ms(outcome.compress_ms), (time.perf_counter() - started) * 1000)
@@ -168,17 +223,6 @@ class Preparer:
         return {**kwargs, **params}
 
 
-def _reserve(params: dict[str, Any], settings: Any) -> int:
-    """Tokens kept free for the reply: what the client asked for, else the configured reserve."""
-    asked = params.get("max_completion_tokens") or params.get("max_tokens")
-    return int(asked) if asked else settings.completion_reserve_tokens
-
-
-def _reserve_param(params: dict[str, Any]) -> str | None:
-    """The request field that set the reserve, so that an error can name it."""
-    return next((k for k in ("max_completion_tokens", "max_tokens") if params.get(k)), None)
-
-
 def report_headers(outcome: Outcome) -> dict[str, str]:
     return {
         "x-mixpr-action": outcome.action,
@@ -191,6 +235,7 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-new-forms": str(outcome.new_forms),
         "x-mixpr-resets": str(outcome.resets),
         "x-mixpr-reset": "true" if outcome.reset else "false",
+        **reply.header(outcome.max_tokens),
     }
 
 

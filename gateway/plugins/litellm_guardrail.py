@@ -41,6 +41,7 @@ from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History
 from gateway.config import ConfigError, GatewayConfig, GeneralSettings, MixprSettings, ModelEntry
 from gateway.core.guardrail import (
+    REPLY_LIMITS,
     Layout,
     answer,
     control_from,
@@ -51,6 +52,7 @@ from gateway.core.guardrail import (
     reply_params,
 )
 from gateway.core.prepare import ChatCall, Preparer, report_headers
+from gateway.core.reply import forwarded
 from gateway.metrics import Metrics
 from gateway.run.workers import Workers
 
@@ -144,7 +146,10 @@ class MixPRGuardrail(CustomGuardrail):
                      "in place; they are sent whole", plan.unpaired, name)
             self.metrics.guardrail_kept_whole.labels("no_write_back").inc(plan.unpaired)
         call = ChatCall(name, plan.messages, reply_params(request_data, inputs.get("tools")), control)
-        return plan, await preparer.prepare(call)
+        outcome = await preparer.prepare(call)
+        # LiteLLM calls the model with ``request_data``: a lowered reply limit goes there.
+        request_data.update(forwarded(request_data, outcome.max_tokens, REPLY_LIMITS))
+        return plan, outcome
 
     def _remember(self, request_data: Mapping[str, Any], headers: dict[str, str]) -> None:
         call_id = request_data.get("litellm_call_id")

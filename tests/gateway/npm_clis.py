@@ -1,7 +1,10 @@
-"""Agent CLIs from npm for the end-to-end tests, pinned and installed once into ``.venv/<name>``.
+"""Agent CLIs from npm for the end-to-end tests, pinned and installed once into ``.venv/<name>``
+(the newest release, for the tests that check it still works, into ``.venv/<name>-newest``).
 
-``<ENV>`` (e.g. ``CLAUDE_CODE_BIN``) names an executable to use instead. A test skips only when
-node or npm is missing; a failed install fails it (with npm's output).
+``<ENV>`` (e.g. ``CLAUDE_CODE_BIN``) names an executable to use instead of the pinned one. A test
+skips only when node or npm is missing, or, for the newest release, when the registry cannot be
+reached; a failed install fails it (with npm's output). Tests that install share the ``npm`` xdist
+group (``XDIST_GROUP``): two installs into one folder at once would break both.
 """
 
 from __future__ import annotations
@@ -16,15 +19,18 @@ import pytest
 from corpus import filler
 
 VENV = Path(__file__).resolve().parents[2] / ".venv"
+XDIST_GROUP = "npm"
+CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")  # the newest release when issue 28 was filed
+CODEX = ("@openai/codex", "0.169.0")
+REGISTRY_TIMEOUT_S = 60
 
 
-def installed(package: str, version: str, binary: str, *, env: str, home: str) -> Path:
+def installed(package: str, version: str, binary: str, *, env: str | None, home: str) -> Path:
     """The executable ``binary`` of ``package@version``: ``$env`` when set, else npm's."""
-    given = os.environ.get(env)
+    given = os.environ.get(env) if env else None
     if given:
         return Path(given)
-    if not (shutil.which("node") and shutil.which("npm")):
-        pytest.skip(f"node/npm not found: {package} cannot be installed (set {env} to use one)")
+    _need_npm(package, env)
     prefix = VENV / home
     manifest = prefix / "node_modules" / package / "package.json"
     if not manifest.exists() or json.loads(manifest.read_text())["version"] != version:
@@ -38,6 +44,25 @@ def installed(package: str, version: str, binary: str, *, env: str, home: str) -
     if script.exists() and path.resolve().stat().st_size < 1_000_000:
         subprocess.run(["node", str(script)], check=True, capture_output=True, timeout=120)
     return path
+
+
+def newest(package: str) -> str:
+    """The version npm's ``latest`` tag names now; skips the test when the registry cannot be reached."""
+    _need_npm(package, None)
+    try:
+        done = subprocess.run(["npm", "view", package, "version"], capture_output=True, text=True,
+                              timeout=REGISTRY_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.skip(f"the npm registry did not answer in {REGISTRY_TIMEOUT_S} s: newest {package} unknown")
+    if done.returncode or not done.stdout.strip():
+        pytest.skip(f"the npm registry could not be reached: newest {package} unknown ({done.stderr[-300:]})")
+    return done.stdout.strip()
+
+
+def _need_npm(package: str, env: str | None) -> None:
+    if not (shutil.which("node") and shutil.which("npm")):
+        instead = f" (set {env} to use one)" if env else ""
+        pytest.skip(f"node/npm not found: {package} cannot be installed{instead}")
 
 
 def write_project(folder: Path, files: int) -> list[str]:

@@ -85,14 +85,11 @@ def test_a_request_budget_overrides_auto(policy_client: openai.OpenAI) -> None:
     assert 900 <= kept <= 1000 + 16
 
 
-def test_max_tokens_that_leaves_no_room_is_named(policy_client: openai.OpenAI) -> None:
-    with pytest.raises(openai.BadRequestError) as caught:
-        _ask(policy_client, "w32k", 60, max_tokens=40_000)
-    error = caught.value.body
-    assert caught.value.status_code == 400
-    assert error["code"] == "context_length_exceeded" and error["param"] == "max_tokens"
-    assert "max_tokens=40000" in error["message"] and "32000" in error["message"]
-    assert "system messages" not in error["message"]
+def test_max_tokens_that_leaves_no_room_is_lowered(policy_client: openai.OpenAI) -> None:
+    """More than the window for the reply: lowered to a quarter of it (gateway.core.reply), not refused."""
+    headers = _ask(policy_client, "w32k", 60, max_tokens=40_000)
+    assert headers["x-mixpr-action"] == "passthrough"
+    assert headers["x-mixpr-max-tokens"] == "40000->8000"
 
 
 # -- the pure policy ----------------------------------------------------------------------------
@@ -129,6 +126,8 @@ def test_explicit_trigger_with_auto_compresses_above_what_auto_keeps() -> None:
      "max_completion_tokens=8000 plus the parts of the prompt that are never compressed (500 tokens)"),
     (9000, Target("m", 8192, 100, "max_tokens"), "messages", "take 9000 tokens"),
     (9000, Target("m", 8192, 1024), "messages", "take 9000 tokens"),
+    (9000, Target("m", 8192, 1024, "max_tokens", asked=32000), "messages",
+     "with max_tokens lowered from 32000 to 1024"),
 ])
 def test_no_room_blames_what_took_it(fixed: int, target: Target, param: str, says: str) -> None:
     with pytest.raises(policy.ContextLengthExceeded) as caught:

@@ -282,6 +282,23 @@ def test_failing_compressor_fails_open(proxy: openai.OpenAI, upstream: FakeUpstr
         assert raw.headers["x-mixpr-error"] == "compression_failed"
 
 
+@pytest.mark.parametrize(("guardrail", "sent_limit"), [("mixpr", 1024), ("mixpr-api", 2900)])
+def test_a_reply_that_leaves_no_room_is_lowered_in_the_request_the_proxy_sends(
+        proxy: openai.OpenAI, upstream: FakeUpstream, guardrail: str, sent_limit: int) -> None:
+    """2,900 of the 3,000-token window for the reply: the class lowers it to the least reply (a
+    quarter of 3,000 is below completion_reserve_tokens' 1,024) in what the proxy sends the model;
+    the generic API cannot (LiteLLM takes only texts back), so the model gets the client's value."""
+    upstream.clear()
+    raw = proxy.chat.completions.with_raw_response.create(
+        model="small", messages=[{"role": "user", "content": LONG_PROMPT}], max_tokens=2900,
+        extra_body={"guardrails": [guardrail]})
+    [call] = [r for r in upstream.received("mode-needle-small") if r.path.endswith("/chat/completions")]
+    assert call.json["max_tokens"] == sent_limit
+    _assert_compressed(call.json["messages"])
+    if guardrail == "mixpr":
+        assert raw.headers["x-mixpr-max-tokens"] == "2900->1024"
+
+
 def test_mixpr_switches_travel_as_headers(proxy: openai.OpenAI, upstream: FakeUpstream) -> None:
     """``x-mixpr-enabled: false`` reaches the guardrail through the proxy: nothing is compressed."""
     upstream.clear()
