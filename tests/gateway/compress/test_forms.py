@@ -12,7 +12,6 @@ import pytest
 
 from gateway.compress import checks, forms
 from gateway.compress import messages as shape
-from gateway.config import Prefix
 
 TASK = "Make the parser accept trailing commas."
 
@@ -93,16 +92,6 @@ def test_checks_catch_what_providers_reject() -> None:
     assert checks.breakpoints(marked) == 2 and not checks.problems(marked, marked)
     changed_system = [{"role": "system", "content": "Other."}, *messages[1:]]
     assert checks.problems(messages, changed_system)
-
-
-def test_a_harder_level_never_keeps_more_than_the_first_sight_form() -> None:
-    """``budget_tokens: 100`` and a 150-token output: its first-sight form keeps 100 tokens, and a
-    reset must not send the whole output instead (it did, under ``reset_min_tokens``)."""
-    for tokens, cap in ((150, 100), (40, 10)):
-        piece = forms.Piece(3, None, None, "tool", "x", "", None, False, True)
-        kept = [forms.budget(piece, tokens, level, Prefix(), cap) for level in range(forms.TOP_LEVEL + 1)]
-        sizes = [tokens if k is None else k for k in kept]
-        assert sizes == sorted(sizes, reverse=True) and sizes[0] < tokens, sizes
 
 
 def test_the_cache_is_bounded_and_one_entry_cannot_flush_it() -> None:

@@ -23,6 +23,10 @@ DEEP = "[" * 100_000  # parsing it recurses past Python's limit
 TASK = "Make the parser accept trailing commas."
 
 
+# Cut at first sight: these tests are about forms, not about when a conversation first needs them.
+FORMS: dict[str, Any] = {"first_sight": "always", "min_tokens": 400, "keep_tokens": 150}
+
+
 def _step(step: int, output: str, arguments: str | None = None) -> list[dict[str, Any]]:
     call = {"id": f"c{step}", "type": "function",
             "function": {"name": "bash", "arguments": arguments or json.dumps({"path": f"f{step}.py"})}}
@@ -51,7 +55,7 @@ def _build(*conversations: list[dict[str, Any]], window: int = 32_000, timeout_s
         compressor = Compressor(workers, route_cache_size=16)
         await compressor.start(with_router=False)
         history = History(compressor, cache_bytes=64 * 1024 * 1024)
-        settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(min_tokens=400, keep_tokens=150),
+        settings = MixprSettings(router="heuristic", prefix=prefix or Prefix(**FORMS),
                                  budget_tokens=budget)
         target = Target("gpt-4o-mini", window, 1024)
         try:
@@ -129,7 +133,7 @@ def _loop_work(messages: list[dict[str, Any]], window: int) -> float:
         compressor = Compressor(workers, route_cache_size=16)
         await compressor.start(with_router=False)
         history = History(compressor, cache_bytes=64 * 1024 * 1024)
-        settings = MixprSettings(router="heuristic", prefix=Prefix(min_tokens=400, keep_tokens=150))
+        settings = MixprSettings(router="heuristic", prefix=Prefix(**FORMS))
         request = Request(messages, None, Target("gpt-4o-mini", window, 1024), settings, Control(), None)
         gaps: list[float] = []
         done = asyncio.Event()
@@ -181,7 +185,7 @@ def test_breakpoints_on_tools_count_toward_the_four() -> None:
     for i in (-1, -5):
         messages[i] = {**messages[i], "content": [{"type": "text", "text": messages[i]["content"],
                                                    "cache_control": marker}]}
-    [outcome] = _build(messages, prefix=Prefix(min_tokens=400, keep_tokens=150, breakpoint=True), tools=tools)
+    [outcome] = _build(messages, prefix=Prefix(**FORMS, breakpoint=True), tools=tools)
     assert outcome.route == "forms"
     assert checks.breakpoints(outcome.messages) + len(tools) == checks.MAX_BREAKPOINTS
 

@@ -142,7 +142,7 @@ def test_stored_values_round_trip_and_foreign_ones_are_misses() -> None:
 # -- two gateway processes on one Redis --------------------------------------------------------------
 
 KEY = "sk-shared-forms"
-FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100}
+FORMS = {"first_sight": "always", "min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100}
 WARNING = "shared form cache (Redis) failed"
 
 
