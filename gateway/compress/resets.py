@@ -62,9 +62,9 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
          recut: Recut, snapshot_at: int = -1) -> Scan:
     """Levels for every message, within ``room`` if resets can make it fit. ``older_end(i)``: a reset
     at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it (``fixed``: the tokens it
-    cannot cut); when that is not enough, ``[0, last_end(i))`` (the newest turn too, and short texts:
-    a window that small, or a long chat of short lines, leaves no choice), to the same share and at
-    most the room."""
+    cannot cut); when that is not enough, ``[0, last_end(i))`` (the newest turn too) only as far as
+    the room needs, and when even that is not enough, short texts too (a window that small, or a
+    long chat of short lines, leaves no choice), to the same share and at most the room."""
     result = Scan(total=constant)
     current: list[int] = []
     formed: list[int] = []  # first-sight sizes of every message, once needed
@@ -83,8 +83,10 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
                 switched, formed = True, list(sizes.first_sight())
                 _switch(result, current, formed, i)
             _reset(result, current, i, older_end(i), share, movable, recut)
-        if result.total > room:
-            _reset(result, current, i, last_end(i), share, movable, recut, room)
+        if result.total > room:  # the newest turn too, cut only as far as the room needs
+            _reset(result, current, i, last_end(i), lambda fixed: room - fixed, movable, recut, room)
+        if result.total > room:  # still over (a long chat of short lines): short texts too
+            _reset(result, current, i, last_end(i), share, movable, recut, room, wide=True)
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
@@ -103,13 +105,12 @@ def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None
 
 
 def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[int], int],
-           movable: Movable, recut: Recut, room: int | None = None) -> None:
+           movable: Movable, recut: Recut, room: int | None = None, *, wide: bool = False) -> None:
     """Cut ``[0, end)`` again, once, within what ``share`` leaves it; not a reset when that saves
     nothing. With ``room``: the cut must fit it, so a cut that comes out larger than asked (its
     markers and placeholders are counted after the fact) is asked again for less."""
     if end <= 0:
         return
-    wide = room is not None
     pool = movable(end, result.levels, wide)
     budget = max(0, share(result.total - pool))
     if pool <= budget:

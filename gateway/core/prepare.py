@@ -170,7 +170,15 @@ class Preparer:
         fixed, stream = await self.compressor.measure(call.messages, tools=call.params.get("tools"),
                                                       target=target, settings=settings)
         sent = policy.sent_size(fixed, stream, settings, control)
-        return asked if sent + asked.tokens + added <= self.windows[name] else asked.to(top)
+        window = self.windows[name]
+        if sent + asked.tokens + added <= window:
+            return asked
+        # An agent's system prompt and tools can take most of a small window: beside a reply at the
+        # ceiling the history would keep next to nothing (the file its task names among it), so the
+        # reply gets the least instead while those parts leave the history under a share of the window.
+        history = window // reply.REPLY_SHARE
+        least = settings.completion_reserve_tokens
+        return asked.to(top if fixed + top + added + history <= window else least)
 
     @staticmethod
     def _lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:
