@@ -347,24 +347,22 @@ def max_input_tokens(entry: ModelEntry, default: int) -> int:
     """The model's window: the config's ``model_info``, else LiteLLM's model map, else ``default``."""
     if entry.model_info.max_input_tokens:
         return entry.model_info.max_input_tokens
-    import litellm  # heavy; only needed once per model at start-up
-
-    try:
-        info = litellm.get_model_info(entry.upstream_model)
-    except Exception:  # LiteLLM raises a bare Exception for models it does not know
-        return default
-    return int(info.get("max_input_tokens") or default)
+    return int(_model_map(entry).get("max_input_tokens") or default)
 
 
 def max_output_tokens(entry: ModelEntry) -> int | None:
     """The model's longest reply: the config's ``model_info``, else LiteLLM's model map, else None."""
     if entry.model_info.max_output_tokens:
         return entry.model_info.max_output_tokens
-    import litellm
+    value = _model_map(entry).get("max_output_tokens")
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+def _model_map(entry: ModelEntry) -> dict[str, Any]:
+    """LiteLLM's model-map entry for the upstream model ({} for models it does not know)."""
+    import litellm  # heavy; only needed once per model at start-up
 
     try:
-        info = litellm.get_model_info(entry.upstream_model)
+        return dict(litellm.get_model_info(entry.upstream_model))
     except Exception:  # LiteLLM raises a bare Exception for models it does not know
-        return None
-    value = info.get("max_output_tokens")
-    return int(value) if isinstance(value, int) and value > 0 else None
+        return {}
