@@ -1,0 +1,32 @@
+"""Where a provider that caches only at explicit breakpoints (Anthropic) is told to cache."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.compress import checks
+
+BREAKPOINT = {"type": "ephemeral"}
+MAX_BREAKPOINTS = 4  # Anthropic's limit per request
+
+
+def with_breakpoint(sent: list[dict[str, Any]], previous: int, wanted: bool,
+                    tools: Any = None) -> list[dict[str, Any]]:
+    """A ``cache_control`` breakpoint on the last message of the previous request (what repeats), for
+    providers that cache only at explicit breakpoints; never past ``MAX_BREAKPOINTS`` in all, the
+    tools' own counted."""
+    if not wanted or previous < 0 or checks.breakpoints(sent, tools) >= MAX_BREAKPOINTS:
+        return sent
+    out = list(sent)
+    message = dict(out[previous])
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        message["content"] = [{"type": "text", "text": content, "cache_control": BREAKPOINT}]
+    elif isinstance(content, list) and content and isinstance(content[-1], dict):
+        if "cache_control" in content[-1]:
+            return sent
+        message["content"] = [*content[:-1], {**content[-1], "cache_control": BREAKPOINT}]
+    else:
+        return sent
+    out[previous] = message
+    return out

@@ -1,0 +1,116 @@
+"""One multi-turn request as its build sees it: its pieces, their tokens and the forms found so far.
+
+A pure record with the sums the scan and the assembly read (``size``, ``text``) and what a reset may
+cut (``recuttable``, ``pool``, ``movable``). Built in the build thread (``gateway.compress.history``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.compress import forms, recut, resets
+from gateway.compress import messages as shape
+from gateway.compress.compressor import Router
+from gateway.compress.policy import Control, Target
+from gateway.config import MixprSettings
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request's fixed parts: everything its forms and resets depend on besides the messages."""
+
+    messages: list[dict[str, Any]]
+    tools: Any
+    target: Target
+    settings: MixprSettings
+    control: Control
+    router: Router | None
+    more_evidence: float = 1.0  # Self-Route's retry: this many times the evidence, on the last message only
+
+
+@dataclass
+class Plan:
+    """One request as the thread builds it."""
+
+    request: Request
+    pieces: list[forms.Piece]
+    tokens: list[int]  # each piece's own tokens
+    by_message: dict[int, list[int]]  # message -> its pieces (indices into ``pieces``)
+    rest: list[int]  # each message's tokens besides its pieces (framing, names, calls, media)
+    constant: int  # tools and the reply's priming
+    salt: str
+    cap: int  # the most one first-sight form keeps (``gateway.compress.room``)
+    # (piece, level) -> its form
+    forms: dict[tuple[int, resets.Level], tuple[str, int]] = field(default_factory=dict)
+    evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block
+    new_forms: int = 0  # forms computed for this request (found neither in memory nor in Redis)
+    failed: int = 0  # forms and evidence blocks the pool failed to compute (their pieces keep what they had)
+    recuttable: list[int] = field(default_factory=list)  # the pieces a reset may cut
+
+    def size(self, message: int, level: resets.Level) -> int:
+        """A message's tokens at ``level``."""
+        total = self.rest[message]
+        for number in self.by_message.get(message, ()):
+            form = self.forms.get((number, level))
+            total += form[1] if form is not None else self.tokens[number]
+            if level == 0 and number in self.evidence:
+                total += self.evidence[number][1]
+        return total
+
+    def text(self, number: int, level: resets.Level) -> str:
+        """What is sent for a piece at ``level``: its form (or its text), after its evidence block."""
+        form = self.forms.get((number, level))
+        text = form[0] if form is not None else self.pieces[number].text
+        block = self.evidence.get(number, ("", 0))[0] if level == 0 else ""
+        return f"{block}\n\n{text}" if block else text
+
+    def may_cut(self, number: int, wide: bool = False) -> bool:
+        """A piece a reset may cut: long text (a user message only when it does not fit whole);
+        ``wide``: anything a placeholder shortens, when nothing else makes the request fit."""
+        piece, tokens = self.pieces[number], self.tokens[number]
+        if wide:
+            return tokens > recut.PLACEHOLDER_TOKENS * 2
+        return tokens > (self.cap if piece.question else self.request.settings.prefix.reset_min_tokens)
+
+    def pool(self, end: int, wide: bool) -> list[int]:
+        """The pieces a reset over ``[0, end)`` may cut."""
+        numbers = range(len(self.pieces)) if wide else self.recuttable
+        return [n for n in numbers if self.pieces[n].message < end and (not wide or self.may_cut(n, wide))]
+
+    def movable(self, end: int, levels: Sequence[resets.Level], wide: bool) -> int:
+        """Tokens of the pieces a reset over ``[0, end)`` may cut, as they are now."""
+        total = 0
+        for number in self.pool(end, wide):
+            form = self.forms.get((number, levels[self.pieces[number].message]))
+            total += form[1] if form is not None else self.tokens[number]
+        return total
+
+
+def rest(message: dict[str, Any], own: list[forms.Piece]) -> tuple[str, int]:
+    """A message's text besides its pieces (verbatim text, names, calls), and its media parts."""
+    texts: list[str] = []
+    content = message.get("content")
+    if not any(p.part is None and p.call is None for p in own) and isinstance(content, str):
+        texts.append(content)
+    media = 0
+    if isinstance(content, list):
+        parts = {p.part for p in own if p.call is None}
+        for i, part in enumerate(content):
+            if i in parts:
+                continue
+            if shape.is_text(part):
+                texts.append(part["text"])
+            else:
+                media += 1
+    calls = {p.call for p in own if p.call is not None}
+    for number, call in enumerate(message.get("tool_calls") or ()):
+        function = call.get("function") or {} if isinstance(call, dict) else {}
+        texts.append(str(function.get("name", "")))
+        if number not in calls:
+            texts.append(str(function.get("arguments", "")))
+    for name in ("name", "tool_call_id"):
+        if isinstance(message.get(name), str):
+            texts.append(message[name])
+    return "\n".join(texts), media

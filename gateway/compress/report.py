@@ -1,0 +1,98 @@
+"""A multi-turn build's outcome: what is sent (or the client's own request when what was built is
+unsafe or does not fit), and the report: tokens, reuse of what was sent before, resets."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from gateway.compress import checks, resets
+from gateway.compress.breakpoints import with_breakpoint
+from gateway.compress.compressor import Outcome
+from gateway.compress.plan import Plan, Request
+from gateway.compress.sent import Sent, chain, common, digest
+from gateway.errors import ContextLengthExceeded
+
+log = logging.getLogger("gateway.compress.history")
+
+ORIGINAL = resets.ORIGINAL
+
+
+def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,
+            model_name: str, memory: Sent) -> Outcome:
+    """What is sent for ``plan`` at the scan's levels (``sent``), with its report; ``memory``: what
+    this instance sent for earlier requests (updated with this one)."""
+    request = plan.request
+    target = request.target
+    original = target.tokens(plan.constant + sum(plan.size(j, ORIGINAL) for j in range(len(sent))))
+    final = target.tokens(scanned.total)
+    sizes = [plan.size(j, level) for j, level in enumerate(scanned.levels)]
+    # Compared before the breakpoint is added: a marker that moves along is not a changed byte
+    # of the prompt the provider caches.
+    problems = checks.problems(request.messages, sent)
+    if problems or final > target.limit:
+        return fallback(plan, problems, original, final)
+    same, basis = reused(plan, scanned, sent, previous, model_name, memory)
+    kept = plan.constant + sum(sizes[:same]) if same else 0
+    sent = with_breakpoint(sent, previous, request.settings.prefix.breakpoint, request.tools)
+    # A reset: the previous request's messages are not all sent as they were (a reset point since
+    # then, or, as remembered, other bytes: a changed max_tokens moves the points).
+    moved = any(point > previous for point in scanned.points)
+    reset = previous >= 0 and (moved or (basis != "none" and same < previous + 1))
+    action = "compressed" if sent != request.messages else "passthrough"
+    return Outcome(sent, action, original, final, "forms" if action == "compressed" else None,
+                   budget=target.tokens(scanned.total - plan.constant), room=target.limit,
+                   reused_tokens=target.tokens(kept), reset=reset, new_forms=plan.new_forms,
+                   reuse_basis=basis, resets=len(scanned.points))
+
+
+def fallback(plan: Plan, problems: list[str], original: int, final: int) -> Outcome:
+    """The client's own request when what was built is unsafe or does not fit; else a 400."""
+    request = plan.request
+    if problems:
+        log.warning("built request failed its checks (%s); sending the original", "; ".join(problems[:3]))
+        return unsafe(request, problems, original)
+    if original <= request.target.limit:
+        return Outcome(request.messages, "passthrough", original, original)
+    if plan.failed:  # not the client's fault: the whole request, as today (503 if the pool is down)
+        raise RuntimeError(f"{plan.failed} forms failed and what was built does not fit")
+    raise ContextLengthExceeded(
+        f"The prompt is {original} tokens and the model accepts {request.target.window} (with "
+        f"{request.target.reserve} kept for the reply). Compressed it is still {final} tokens: the "
+        f"parts kept verbatim (system messages, tool definitions, images, the newest turn) alone "
+        f"take too much.", param="messages")
+
+
+def reused(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,
+           model_name: str, memory: Sent) -> tuple[int, str]:
+    """How many messages at the start of ``sent`` are byte-identical to what was sent for the
+    previous request, and how that is known: ``remembered`` (this instance sent it),
+    ``recomputed`` (the scan as it stood at the previous request, with this request's
+    parameters) or ``none`` (no previous request)."""
+    digests = [digest(m) for m in sent]
+    prefixes = chain(plan.request.messages, model_name)
+    memory.put(prefixes[-1], digests)
+    if previous < 0:
+        return 0, "none"
+    remembered = memory.get(prefixes[previous])
+    if remembered is not None:
+        same = common(digests[: previous + 1], remembered)
+        basis = "remembered"
+    elif not any(m.get("role") == "assistant" for m in plan.request.messages[: previous + 1]):
+        same, basis = 0, "none"  # a single question was compressed whole: unknown, so not claimed
+    else:
+        before = scanned.snapshot or []
+        same = next((j for j in range(previous + 1) if before[j] != scanned.levels[j]), previous + 1)
+        basis = "recomputed"
+    return same, basis
+
+
+def unsafe(request: Request, problems: list[str], original: int) -> Outcome:
+    """The client's own request in place of a compressed one that failed its checks, if it fits."""
+    target = request.target
+    if original <= target.limit:
+        return Outcome(request.messages, "passthrough", original, original, failed_open=True)
+    raise ContextLengthExceeded(
+        f"The prompt is {original} tokens and the model accepts {target.window} (with {target.reserve} "
+        f"kept for the reply); compressing it would have broken its structure ({problems[0]}), so it "
+        f"was not sent.", param="messages")

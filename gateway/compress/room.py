@@ -1,0 +1,47 @@
+"""A conversation's room, in one unit: where a reset happens, what it leaves, what a form keeps.
+
+Every figure here is in *counted* tokens (tiktoken's, what the scan adds up and MixPR is given):
+the model's tokens (the window, the trigger, a cost budget) are converted once, here, by
+``Target.counted``. Mixing the two (a model figure compared with a counted one, or converted twice)
+moves the reset points by the model's ``token_margin``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.compress import policy
+from gateway.compress.policy import Control, Target
+from gateway.config import MixprSettings
+
+CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
+
+
+@dataclass(frozen=True)
+class Room:
+    """``at``: the total over which a reset happens; ``after``: what a reset brings the total to in
+    cost mode (None in window mode, where it is ``fill`` of what the fixed tokens leave); ``cap``:
+    the most one first-sight form keeps. All in counted tokens."""
+
+    at: int
+    after: int | None
+    fill: float
+    cap: int
+
+    def share(self, fixed: int) -> int:
+        """What a reset leaves the text it may cut, given the ``fixed`` tokens it cannot."""
+        if self.after is not None:
+            return self.after - fixed
+        return int(self.fill * (self.at - fixed))
+
+
+def room(target: Target, settings: MixprSettings, control: Control) -> Room:
+    """The room of a request with this target, config and per-request switches."""
+    threshold = policy.threshold(target, settings, control)
+    top = target.limit if threshold is None else min(threshold, target.limit)  # model tokens
+    asked = control.budget_tokens or settings.budget_tokens
+    fill = settings.prefix.reset_fill
+    if asked != policy.AUTO:
+        after = target.counted(min(int(asked), top))
+        return Room(target.counted(top), after, fill, max(1, after // CAP_SHARE))
+    return Room(target.counted(top), None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE))
