@@ -42,6 +42,8 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
     asked = control.budget_tokens or settings.budget_tokens
     fill = settings.prefix.reset_fill
     if asked != policy.AUTO:
-        after = target.counted(min(int(asked), top))
+        # Never more than ``reset_fill`` of the room: a reset that brought the total to the room
+        # itself (a budget at the trigger) would leave no room for the next step, and reset again.
+        after = target.counted(min(int(asked), int(top * fill)))
         return Room(target.counted(top), after, fill, max(1, after // CAP_SHARE))
     return Room(target.counted(top), None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE))

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
+from gateway.compress.compressor import Compressor, Outcome
+from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.compress.room import room
-from gateway.config import MixprSettings
+from gateway.config import MixprSettings, Prefix
+from gateway.run.workers import Workers
 
 
 def test_a_cost_budget_at_the_trigger_is_converted_once() -> None:
     """Scale 1.25: a budget equal to the trigger leaves 0.8x of it in counted tokens, not 0.64x
-    (the model's tokens were converted twice)."""
+    (the model's tokens were converted twice). ``reset_fill: 1``: a reset may fill the room."""
     target = Target("gpt-4o", 100_000, 1_000, scale=1.25)
-    settings = MixprSettings(budget_tokens=10_000, compress_above_tokens=10_000)
+    settings = MixprSettings(budget_tokens=10_000, compress_above_tokens=10_000, prefix=Prefix(reset_fill=1))
     space = room(target, settings, Control(enabled=True))
     assert space.at == 8_000
     assert space.share(0) <= space.at
@@ -26,3 +33,54 @@ def test_window_mode_leaves_reset_fill_of_what_the_fixed_parts_leave() -> None:
     assert space.share(1_000) == int(0.6 * 30_000)
     assert space.cap == int(31_000 * 0.6)
 
+
+# -- a conversation in this process -----------------------------------------------------------
+
+TASK = "Make the parser accept trailing commas."
+
+
+def _listing(step: int, lines: int = 150) -> str:
+    return "\n".join(f"{i:6}\tdef handler_{step}_{i}(value):  return parse(value, {i})" for i in range(lines))
+
+
+def _loop(steps: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "Agent."},
+                                      {"role": "user", "content": TASK}]
+    for step in range(steps):
+        call = {"id": f"c{step}", "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"path": f"f{step}.py"})}}
+        messages += [{"role": "assistant", "content": f"Reading f{step}.py", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{step}", "content": _listing(step)}]
+    return messages
+
+
+def _requests(conversations: list[list[dict[str, Any]]], settings: MixprSettings, control: Control,
+              window: int = 32_000) -> list[Outcome]:
+    """Each request of a conversation prepared in turn by one History, in this process."""
+
+    async def main() -> list[Outcome]:
+        workers = Workers(workers=1, executor="thread", timeout_s=60)
+        compressor = Compressor(workers, route_cache_size=16)
+        await compressor.start(with_router=False)
+        history = History(compressor, cache_bytes=64 * 1024 * 1024)
+        target = Target("gpt-4o-mini", window, 1024)
+        try:
+            return [await history.prepare(Request(messages, None, target, settings, control, None))
+                    for messages in conversations]
+        finally:
+            compressor.close()
+
+    return asyncio.run(main())
+
+
+def test_a_budget_that_is_the_trigger_does_not_reset_every_request() -> None:
+    """``enabled: true`` with a number: the trigger is the budget. A reset that brought the total
+    to the trigger itself left no room for the next step: an 8-step loop reset at every request
+    from its 3rd on."""
+    loop = _loop(8)
+    requests = [loop[: 2 + 2 * step] for step in range(1, 9)]
+    control = Control(enabled=True, budget_tokens=3000)
+    outcomes = _requests(requests, MixprSettings(router="heuristic"), control)
+    resets = [o.reset for o in outcomes]
+    assert all(o.final_tokens <= 3000 for o in outcomes)
+    assert not any(a and b for a, b in zip(resets, resets[1:], strict=False)), resets  # was F F T T T ...
