@@ -19,9 +19,9 @@ from typing import Any
 from gateway.compress import forms
 from gateway.compress import messages as shape
 
-# Whole blocks a client adds to a user message around (or instead of) what the user wrote.
-BOILERPLATE = re.compile(
-    r"<(environment_context|system-reminder|INSTRUCTIONS|user_instructions)>.*?</\1>", re.DOTALL)
+# Whole blocks a client adds to a user message around (or instead of) what the user wrote: their
+# opening tags (each block ends at its tag's first closing after it: ``without_boilerplate``).
+BOILERPLATE = re.compile(r"<(environment_context|system-reminder|INSTRUCTIONS|user_instructions)>")
 # A user message that is only a client's project instructions (Codex: AGENTS.md).
 INSTRUCTIONS = re.compile(r"\A\s*# AGENTS\.md instructions for ")
 LONG_CHARS = 16_000  # a user message longer than this (a pasted document) counts by its question
@@ -38,10 +38,33 @@ def query(messages: Sequence[dict[str, Any]], i: int) -> str:
 
 def user_words(message: dict[str, Any]) -> str:
     """A user message's own text: without a client's boilerplate; a pasted document by its question."""
-    text = BOILERPLATE.sub("", shape.text(message)).strip()
+    text = without_boilerplate(shape.text(message)).strip()
     if INSTRUCTIONS.match(text):
         return ""
     return forms.split_question(text)[1] if len(text) > LONG_CHARS else text
+
+
+def without_boilerplate(text: str) -> str:
+    """``text`` without a client's whole blocks (an opening tag to the first closing of that tag).
+
+    Linear in the text: a regular expression ``<(tag)>.*?</\\1>`` rescans to the end for every
+    opening that is never closed (a megabyte of them held a replica's GIL for minutes); here each
+    tag's closing is looked for once past every block removed, and never again once it is missing.
+    """
+    kept: list[str] = []
+    start = search = 0
+    unclosed: set[str] = set()  # tags with no closing after the search point: none later either
+    while (opening := BOILERPLATE.search(text, search)) is not None:
+        tag = opening.group(1)
+        close = -1 if tag in unclosed else text.find(f"</{tag}>", opening.end())
+        if close < 0:
+            unclosed.add(tag)
+            search = opening.end()
+            continue
+        kept.append(text[start:opening.start()])
+        start = search = close + len(tag) + 3
+    kept.append(text[start:])
+    return "".join(kept)
 
 
 def agent_words(message: dict[str, Any]) -> str:

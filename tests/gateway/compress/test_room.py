@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from gateway.compress.compressor import Compressor, Outcome
@@ -12,6 +13,7 @@ from gateway.compress.policy import Control, Target
 from gateway.compress.room import room
 from gateway.config import MixprSettings, Prefix
 from gateway.run.workers import Workers
+from mixpr.tokens import count_tokens
 
 
 def test_a_cost_budget_at_the_trigger_is_converted_once() -> None:
@@ -84,3 +86,62 @@ def test_a_budget_that_is_the_trigger_does_not_reset_every_request() -> None:
     resets = [o.reset for o in outcomes]
     assert all(o.final_tokens <= 3000 for o in outcomes)
     assert not any(a and b for a, b in zip(resets, resets[1:], strict=False)), resets  # was F F T T T ...
+
+
+def _worst_lag(messages: list[dict[str, Any]], window: int) -> tuple[float, float, Outcome]:
+    """The longest wall-clock gap between two wakes of a coroutine sleeping 5 ms while ``messages``
+    is prepared (the event loop's lag: a thread holding the GIL stalls it too), the same while the
+    loop only waits (this machine's own lag, in the same run), and the outcome."""
+
+    async def main() -> tuple[float, float, Outcome]:
+        workers = Workers(workers=1, executor="process", timeout_s=120)
+        compressor = Compressor(workers, route_cache_size=16)
+        await compressor.start(with_router=False)
+        history = History(compressor, cache_bytes=64 * 1024 * 1024)
+        request = Request(messages, None, Target("gpt-4o-mini", window, 1024),
+                          MixprSettings(router="heuristic"), Control(), None)
+        count_tokens("warm the encoding", "gpt-4o-mini")
+        try:
+            idle, _ = await _lagged(asyncio.sleep(1.0))
+            worst, outcome = await _lagged(asyncio.wait_for(history.prepare(request), 120))
+        finally:
+            compressor.close()
+        return worst, idle, outcome
+
+    return asyncio.run(main())
+
+
+async def _lagged(work: Any) -> tuple[float, Any]:
+    worst, done = 0.0, asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal worst
+        last = time.perf_counter()
+        while not done.is_set():
+            await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            worst, last = max(worst, now - last), now
+
+    ticking = asyncio.create_task(ticker())
+    await asyncio.sleep(0.02)
+    try:
+        result = await work
+    finally:
+        done.set()
+        await ticking
+    return worst, result
+
+
+def test_a_megabyte_of_unclosed_tags_through_a_reset_leaves_the_loop_free() -> None:
+    """The task's query strips a client's ``<system-reminder>`` blocks from every user message at a
+    reset; a regular expression rescanned to the end for every opening never closed (72 kB: 2 s
+    holding the GIL, the loop stalled 2.5 s; 1 MB: minutes). 1 MB of them: the request answers, and
+    the loop's wall-clock lag stays far from a stall. On a quiet machine it stays under 20 ms; on
+    this shared one (2 cores, load ~10) a CPU-bound build thread alone lags a 5 ms ticker 20-30 ms
+    and up to ~100 ms now and then, GIL or not, so the bound is 250 ms, or 4x the idle lag."""
+    messages = _loop(12)
+    messages[1] = {"role": "user", "content": "<system-reminder>x" * (1_000_000 // 18) + "\n\n" + TASK}
+    worst, idle, outcome = _worst_lag(messages, 32_000)
+    assert outcome.route == "forms" and outcome.resets >= 1
+    assert outcome.final_tokens <= 32_000 - 1024
+    assert worst < max(0.250, 4 * idle), f"the loop stalled {worst * 1000:.1f} ms ({idle * 1000:.1f} idle)"

@@ -40,3 +40,43 @@ def test_the_query_is_the_users_words_without_a_clients_boilerplate() -> None:
     for boilerplate in ("ruff", "/work/project", "TodoWrite", "Clause one", "text of f9"):
         assert boilerplate not in query
     assert task.query(messages, 3) == "Tell me the codeword in f3.txt"  # causal: reads 0..i only
+
+
+def _regex_sub(text: str) -> str:
+    """What the old regular expression removed (slow on unclosed tags, exact otherwise)."""
+    import re
+
+    return re.sub(r"<(environment_context|system-reminder|INSTRUCTIONS|user_instructions)>.*?</\1>", "",
+                  text, flags=re.DOTALL)
+
+
+def test_boilerplate_is_removed_as_the_regular_expression_did() -> None:
+    texts = [
+        "a<system-reminder>x</system-reminder>b",
+        "<system-reminder>x<INSTRUCTIONS>y</system-reminder>z</INSTRUCTIONS>w",
+        "<system-reminder>open <system-reminder>again</system-reminder> tail</system-reminder>",
+        "<INSTRUCTIONS>never closed <environment_context>c</environment_context> end",
+        "<user_instructions></user_instructions><user_instructions>u</user_instructions>!",
+        "plain </system-reminder> text <system-reminder",
+    ]
+    for text in texts:
+        assert task.without_boilerplate(text) == _regex_sub(text), text
+
+
+def test_unclosed_tags_take_linear_time() -> None:
+    """``<(tag)>.*?</\\1>`` rescanned to the end for each opening never closed: 72 kB took 2 s,
+    1 MB minutes. Doubling the text about doubles the time (ratio in one run; 4x for quadratic)."""
+    import time
+
+    def took(size: int) -> float:
+        text = "<system-reminder>x" * (size // 18)
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            task.user_words({"role": "user", "content": text + "\n\nWhich file?"})
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    small, large = took(64_000), took(128_000)
+    assert large < small * 3, (small, large)
+    assert took(1_000_000) < 1.0
