@@ -122,9 +122,10 @@ class History:
                              _verbatim_first(request))
         scanned = resets.scan(
             sizes, plan.constant, room=space.at, share=space.share,
-            older_end=reach.older_end, last_end=reach.last_end, movable=plan.movable,
+            older_end=reach.older_end, last_end=reach.last_end,
+            movable=lambda i, end, levels, wide: plan.movable(end, levels, wide, reach.user(i)),
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
-                                                                   wide),
+                                                                   wide, reach.user(i)),
             snapshot_at=previous)
         sent = assemble(plan, scanned.levels)
         return report.outcome(plan, scanned, sent, previous, model_name, self.sent)
@@ -137,10 +138,10 @@ class History:
         return [plan.size(j, resets.FIRST_SIGHT) for j in range(len(plan.request.messages))]
 
     def _recut(self, plan: Plan, bridge: Bridge, i: int, end: int, budget: int,
-               levels: Sequence[resets.Level], wide: bool) -> dict[int, int]:
+               levels: Sequence[resets.Level], wide: bool, spare: int) -> dict[int, int]:
         """A reset at ``i``: the long pieces of ``[0, end)`` cut again together, for the task
         (``gateway.compress.recut``); the new size of each message it cut."""
-        numbers = plan.pool(end, wide)
+        numbers = plan.pool(end, wide, spare)
         if not numbers:
             return {}
         pool = [plan.pieces[n] for n in numbers]

@@ -74,15 +74,16 @@ class Plan:
             return tokens > recut.PLACEHOLDER_TOKENS * 2
         return tokens > (self.cap if piece.question else self.request.settings.prefix.reset_min_tokens)
 
-    def pool(self, end: int, wide: bool) -> list[int]:
-        """The pieces a reset over ``[0, end)`` may cut."""
+    def pool(self, end: int, wide: bool, spare: int = -1) -> list[int]:
+        """The pieces a reset over ``[0, end)`` may cut; none of message ``spare`` (the user's task)."""
         numbers = range(len(self.pieces)) if wide else self.recuttable
-        return [n for n in numbers if self.pieces[n].message < end and (not wide or self.may_cut(n, wide))]
+        return [n for n in numbers if self.pieces[n].message < end and self.pieces[n].message != spare
+                and (not wide or self.may_cut(n, wide))]
 
-    def movable(self, end: int, levels: Sequence[resets.Level], wide: bool) -> int:
+    def movable(self, end: int, levels: Sequence[resets.Level], wide: bool, spare: int = -1) -> int:
         """Tokens of the pieces a reset over ``[0, end)`` may cut, as they are now."""
         total = 0
-        for number in self.pool(end, wide):
+        for number in self.pool(end, wide, spare):
             form = self.forms.get((number, levels[self.pieces[number].message]))
             total += form[1] if form is not None else self.tokens[number]
         return total

@@ -37,8 +37,9 @@ def recut_job(pieces: list[forms.Piece], query: str, budget: int,
               model: str | None) -> list[tuple[str, int]]:
     """In a worker: each piece's text after the cut, and its tokens."""
     asked = budget - PLACEHOLDER_TOKENS * len(pieces)
-    if asked < 1:
-        return [_placeholder(p, model) for p in pieces]
+    if asked < 1:  # nothing kept but what is never cut: a user message's question
+        return [_kept(p, parts, [""] * len(parts.texts), model) if p.question else _placeholder(p, model)
+                for p, parts in ((p, _parts(p)) for p in pieces)]
     split = [_parts(p) for p in pieces]
     texts = [text for parts in split for text in parts.texts]
     titles = [piece.title for piece, parts in zip(pieces, split, strict=True) for _ in parts.texts]
@@ -68,8 +69,8 @@ def _parts(piece: forms.Piece) -> _Parts:
         return _Parts(_long_strings(parsed), arguments=parsed)
     if piece.question:
         body, question = forms.split_question(piece.text)
-        if body:
-            return _Parts([body], question)
+        # A user message that is all question (one paragraph) is never cut: it is the user's words.
+        return _Parts([body], question) if body else _Parts([])
     return _Parts([piece.text])
 
 
@@ -86,7 +87,7 @@ def _long_strings(value: Any) -> list[str]:
 def _kept(piece: forms.Piece, parts: _Parts, kept: list[str], model: str | None) -> tuple[str, int]:
     """A piece's text from what its parts kept: arguments as JSON again (a value that kept nothing
     says how long it was), a user message with its question, a piece that kept nothing a placeholder."""
-    if not parts.texts:  # arguments that are not JSON: as they are
+    if not parts.texts:  # arguments that are not JSON, a user message that is all question: as they are
         return piece.text, count_tokens(piece.text, model)
     if parts.arguments is not None:
         values = iter(kept)

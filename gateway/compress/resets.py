@@ -29,9 +29,9 @@ Level = int | tuple[int, int]  # ORIGINAL, FIRST_SIGHT, or the (point, end) of t
 ORIGINAL = -1  # the client's own text
 FIRST_SIGHT = 0  # the message's first-sight form
 FIT_TRIES = 3  # a cut that must fit the room is asked again for less at most this many times in all
-# Tokens of the older part ``[0, end)`` that a reset may cut, at the messages' current levels (``wide``:
-# short texts too, when nothing else makes the request fit).
-Movable = Callable[[int, Sequence[Level], bool], int]
+# Tokens of the older part ``[0, end)`` that a reset at ``i`` may cut, at the messages' current levels
+# (``wide``: short texts too, when nothing else makes the request fit).
+Movable = Callable[[int, int, Sequence[Level], bool], int]
 # A reset at ``i`` over ``[0, end)`` within ``budget`` tokens: the new size of each message it cut.
 Recut = Callable[[int, int, int, Sequence[Level], bool], dict[int, int]]
 
@@ -111,7 +111,7 @@ def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[
     markers and placeholders are counted after the fact) is asked again for less."""
     if end <= 0:
         return
-    pool = movable(end, result.levels, wide)
+    pool = movable(i, end, result.levels, wide)
     budget = max(0, share(result.total - pool))
     if pool <= budget:
         return
@@ -167,6 +167,12 @@ class Reach:
         (``i + 1`` if none): its provider checks what precedes it, within the current tool loop."""
         first = self._thinking_at[self._thinking[self._user[i]]]
         return first if first <= i else i + 1
+
+    def user(self, i: int) -> int:
+        """The newest user message up to ``i`` (the task a reset at ``i`` works for): no reset cuts
+        it (its first-sight form already keeps at most the cap, with its question), so the user's
+        task is never a placeholder. -1 if there is none."""
+        return self._user[i] if self._roles[self._user[i]] == "user" else -1
 
     def last_end(self, i: int) -> int:
         """What a reset at ``i`` hardens when the older part is not enough: everything up to ``i`` but

@@ -11,7 +11,7 @@ def test_the_scan_is_causal() -> None:
     """The reset points and levels of a conversation's first k messages are those of every longer one."""
     sizes = [50, 400, 30, 900, 30, 800, 30, 700, 30, 900, 30, 600]
 
-    def movable(end: int, levels: Any, wide: bool) -> int:
+    def movable(i: int, end: int, levels: Any, wide: bool) -> int:
         now = {resets.ORIGINAL: lambda j: sizes[j], resets.FIRST_SIGHT: lambda j: sizes[j] // 2}
         return sum(now.get(levels[j], lambda j: cut[levels[j]])(j) for j in range(end) if sizes[j] > 100)
 

@@ -7,6 +7,7 @@ import json
 import time
 from typing import Any
 
+from gateway.compress import forms, recut
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -145,3 +146,34 @@ def test_a_megabyte_of_unclosed_tags_through_a_reset_leaves_the_loop_free() -> N
     assert outcome.route == "forms" and outcome.resets >= 1
     assert outcome.final_tokens <= 32_000 - 1024
     assert worst < max(0.250, 4 * idle), f"the loop stalled {worst * 1000:.1f} ms ({idle * 1000:.1f} idle)"
+
+
+def test_the_last_resort_reset_never_replaces_the_users_task_with_a_placeholder() -> None:
+    """Cost mode (budget 1,000, trigger 3,000) and a system prompt over the trigger: the resets
+    could not reach the budget and cut the only user message, one paragraph of 5.5k tokens, to
+    ``[… message of 1 lines omitted …]``, though the request fit the window whole."""
+    task = " ".join(f"Step {n}: rename handler_{n} to parse_{n}, keep its tests passing." for n in range(400))
+    messages = [{"role": "system", "content": _listing(0, lines=250)},
+                {"role": "user", "content": task},
+                *_loop(2)[2:]]
+    settings = MixprSettings(router="heuristic", budget_tokens=1000, compress_above_tokens=3000)
+    [outcome] = _requests([messages], settings, Control())
+    sent = next(m["content"] for m in outcome.messages if m["role"] == "user")
+    assert "omitted" not in sent  # its first-sight form at most (cost mode cuts at first sight)
+    # Its last sentences at least (MixPR keeps sentences: a one-paragraph message's "question", its
+    # last 2,000 characters, starts mid-sentence, and its first-sight form keeps what ends it).
+    assert sent.endswith(task[-200:])
+
+
+def test_a_reset_with_nothing_to_keep_keeps_every_users_question() -> None:
+    """A budget below the placeholders' own cost made every piece a placeholder, user questions too;
+    a one-paragraph user message (all question) was cut whole."""
+    document = "Clause one of the lease. " * 400 + "\n\nWhen does the lease end?"
+    short = "Rename parse to parse_all and keep every test passing, please. " * 3
+    pieces = [forms.Piece(1, None, None, "user", document, "", None, True, True),
+              forms.Piece(3, None, None, "tool", _listing(1), "", None, False, True),
+              forms.Piece(5, None, None, "user", short, "", None, True, True)]
+    for budget in (0, 2_000):
+        texts = [text for text, _ in recut.recut_job(pieces, TASK, budget, "gpt-4o-mini")]
+        assert texts[0].endswith("When does the lease end?") and len(texts[0]) < len(document)
+        assert texts[2] == short, budget
