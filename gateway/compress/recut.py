@@ -62,11 +62,11 @@ class _Parts:
 
 def _parts(piece: forms.Piece) -> _Parts:
     if piece.call is not None:
-        try:
+        try:  # nested deeper than the interpreter's stack: kept as written, the cut goes on
             parsed = json.loads(piece.text)
-        except ValueError:
+            return _Parts(_long_strings(parsed), arguments=parsed)
+        except (ValueError, RecursionError):
             return _Parts([])
-        return _Parts(_long_strings(parsed), arguments=parsed)
     if piece.question:
         body, question = forms.split_question(piece.text)
         # A user message that is all question (one paragraph) is never cut: it is the user's words.

@@ -177,3 +177,14 @@ def test_a_reset_with_nothing_to_keep_keeps_every_users_question() -> None:
         texts = [text for text, _ in recut.recut_job(pieces, TASK, budget, "gpt-4o-mini")]
         assert texts[0].endswith("When does the lease end?") and len(texts[0]) < len(document)
         assert texts[2] == short, budget
+
+
+def test_a_deeply_nested_argument_does_not_fail_a_reset() -> None:
+    """``recut._parts`` caught ValueError, not RecursionError: one deeply nested tool-call argument
+    failed the whole cut, so no reset happened for the rest of the conversation."""
+    deep = '{"a": ' * 100_000 + "1" + "}" * 100_000
+    pieces = [forms.Piece(2, None, 0, "assistant", deep, "", None, False, True),
+              forms.Piece(3, None, None, "tool", _listing(1), "", None, False, True)]
+    [argument, output] = recut.recut_job(pieces, TASK, 500, "gpt-4o-mini")
+    assert argument[0] == deep  # kept as written
+    assert output[1] < 500 < count_tokens(_listing(1), "gpt-4o-mini")  # the rest is cut
