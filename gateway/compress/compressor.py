@@ -148,20 +148,6 @@ class Compressor:
             return target.tokens(await offload.inline_or_run(big, count_tokens, text, target.model))
         return target.tokens(await pool.run(count_tokens, text, target.model))
 
-    async def measure(self, messages: list[dict[str, Any]], *, tools: Any, target: Target,
-                      settings: MixprSettings) -> tuple[int, int | None]:
-        """Counting only: the tokens of ``messages`` that compression never shrinks, and the rest's
-        (None: far over ``target.limit``, so not counted; also when counting failed)."""
-        ticket = self.ticket()
-        whole = settings.model_copy(update={"compress_above_tokens": None})
-        try:
-            _, fixed, stream, _ = await self._measure(ticket, messages, tools, target, whole, Control())
-            return fixed, stream
-        except JobFailed:
-            return 0, None
-        finally:
-            ticket.release()
-
     async def passes(self, pool: Ticket, messages: list[dict[str, Any]], *, tools: Any, target: Target,
                      settings: MixprSettings, control: Control) -> bool:
         """Whether ``prepare`` would forward ``messages`` untouched (below the trigger); counting only."""

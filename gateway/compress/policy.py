@@ -78,18 +78,6 @@ def budget(fixed: int, target: Target, settings: MixprSettings, control: Control
     return min(settings.max_budget_tokens if asked == AUTO else asked, room)
 
 
-def sent_size(fixed: int, stream: int | None, settings: MixprSettings, control: Control) -> float:
-    """About the tokens a prompt is sent as, whatever the window leaves it: whole below the trigger,
-    else its never-compressed parts (``fixed``) plus the budget (``auto``: its cap). ``stream``: the
-    rest's tokens, None when it was too long to count."""
-    whole = math.inf if stream is None else fixed + stream
-    trigger = settings.compress_above_tokens
-    if control.enabled is not True and trigger is not None and whole <= trigger:
-        return whole
-    asked = control.budget_tokens or settings.budget_tokens
-    return min(whole, fixed + (settings.max_budget_tokens if asked == AUTO else int(asked)))
-
-
 def _blamed(fixed: int, target: Target) -> str:
     return target.reserve_param if target.reserve_param and target.reserve >= fixed else "messages"
 

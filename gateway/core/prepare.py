@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.compress import policy, shared_forms
+from gateway.compress import shared_forms
 from gateway.compress.compressor import Compressor, Outcome, Router
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
@@ -30,10 +31,13 @@ from gateway.config import (
 from gateway.core import model_tokens, reply, self_route
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
 from gateway.metrics import Metrics
+from gateway.run import offload
+from mixpr.tokens import count_tokens
 
 log = logging.getLogger("gateway.core.prepare")
 
 ROUTER_MAX_TOKENS = 2  # "y" or "n", with room for a tokenizer that splits off a leading space
+CONSTANT_INLINE_CHARS = 20_000  # a longer system prompt and tools are counted in a thread
 CALIBRATIONS = 3  # times a request is prepared again after its model's server counted it over the window
 
 
@@ -133,7 +137,8 @@ class Preparer:
         try:
             return await fit(asked)
         except ContextLengthExceeded:
-            least = asked.to(settings.completion_reserve_tokens)
+            # Only when nothing can be sent beside that reply: the least one, for this request.
+            least = asked.to(reply.least(call.params, settings.completion_reserve_tokens))
             if not self._lowers(call, control, asked) or least == asked:
                 raise
             return await fit(least)
@@ -158,27 +163,21 @@ class Preparer:
 
     async def _reply(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
                      added: int) -> reply.Reply:
-        """The reply the request asks for, lowered to its ceiling when the prompt, as it would be sent
-        (whole below the trigger, else compressed to the budget), does not fit beside it."""
+        """The reply the request asks for, lowered when it leaves the conversation's constant parts
+        and the rest no useful room (``gateway.core.reply``): a function of the model, the config, the
+        reply asked and those parts, never of whether the rest of this prompt fits."""
         name = entry.model_name
         asked = reply.asked(call.params, settings.completion_reserve_tokens)
+        if not self._lowers(call, control, asked):
+            return asked
+        text = reply.constant_text(call.messages, call.params.get("tools"))
+        # Counted here or in a thread, never in the pool: a count that cannot fail (none is 0).
+        counted = await offload.inline_or_run(len(text) > CONSTANT_INLINE_CHARS, count_tokens, text,
+                                              entry.upstream_model)
+        constant = math.ceil(counted * self.scales[name]) + added
         top = reply.ceiling(self.windows[name], self.outputs[name], settings.completion_reserve_tokens)
-        if not self._lowers(call, control, asked) or asked.tokens <= top:
-            return asked
-        target = Target(entry.upstream_model, self.windows[name], asked.tokens, asked.param, added,
-                        self.scales[name])
-        fixed, stream = await self.compressor.measure(call.messages, tools=call.params.get("tools"),
-                                                      target=target, settings=settings)
-        sent = policy.sent_size(fixed, stream, settings, control)
-        window = self.windows[name]
-        if sent + asked.tokens + added <= window:
-            return asked
-        # An agent's system prompt and tools can take most of a small window: beside a reply at the
-        # ceiling the history would keep next to nothing (the file its task names among it), so the
-        # reply gets the least instead while those parts leave the history under a share of the window.
-        history = window // reply.REPLY_SHARE
-        least = settings.completion_reserve_tokens
-        return asked.to(top if fixed + top + added + history <= window else least)
+        lowest = reply.least(call.params, settings.completion_reserve_tokens)
+        return reply.kept(asked, self.windows[name], constant, top, lowest)
 
     @staticmethod
     def _lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:

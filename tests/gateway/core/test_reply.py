@@ -49,6 +49,8 @@ def _config(base: str, anthropic_url: str) -> dict[str, Any]:
                                  "api_key": UPSTREAM_KEY}}
     short = {**window, "max_output_tokens": OUTPUT}
     return {"model_list": [model("w32k", "w32k", base, model_info=window),
+                           model("w8k", "w8k", base, model_info={"max_input_tokens": 8192},
+                                 mixpr={"compress_above_tokens": 6000}),
                            model("w32k-out", "w32k-out", base, model_info=short),
                            model("w32k-cost", "w32k-cost", base, model_info=window,
                                  mixpr={"budget_tokens": COST_BUDGET}), claude],
@@ -104,11 +106,36 @@ def test_a_prompt_that_does_not_fit_beside_the_reply_gets_the_reply_lowered(
     assert sent[param] == CEILING and sent["messages"] == messages
 
 
-def test_a_prompt_that_fits_beside_the_reply_keeps_it(chat: openai.OpenAI, upstream: FakeUpstream) -> None:
+def test_a_reply_that_leaves_the_prompt_a_quarter_of_the_window_is_kept(chat: openai.OpenAI,
+                                                                         upstream: FakeUpstream) -> None:
+    upstream.clear()
+    raw = chat.chat.completions.with_raw_response.create(model="w32k", messages=_user(300), max_tokens=20_000)
+    assert "x-mixpr-max-tokens" not in raw.headers
+    assert _received(upstream, "w32k")["max_tokens"] == 20_000
+
+
+def test_the_reply_does_not_depend_on_whether_the_prompt_fits(chat: openai.OpenAI,
+                                                              upstream: FakeUpstream) -> None:
+    """300 tokens fit beside 32,000 in 32,768, but the conversation's later turns would not: its
+    reply (and so its room, and its reset points) is the ceiling from the first turn on."""
     upstream.clear()
     raw = chat.chat.completions.with_raw_response.create(model="w32k", messages=_user(300), max_tokens=ASKED)
+    assert raw.headers["x-mixpr-max-tokens"] == f"{ASKED}->{CEILING}"
+    assert _received(upstream, "w32k")["max_tokens"] == CEILING
+
+
+def test_the_prompt_is_compressed_before_the_reply_is_lowered(chat: openai.OpenAI,
+                                                              upstream: FakeUpstream) -> None:
+    """8,192 tokens, compressed above 6,000: a 6.3k-token question with 4,000 asked for the reply went
+    out almost whole (6,137 tokens) with the reply halved to 2,048. 4,000 leave the prompt over a
+    quarter of the window: the prompt is compressed into the rest and the reply kept."""
+    upstream.clear()
+    raw = chat.chat.completions.with_raw_response.create(model="w8k", messages=_user(6300, seed=5),
+                                                         max_tokens=4000)
     assert "x-mixpr-max-tokens" not in raw.headers
-    assert _received(upstream, "w32k")["max_tokens"] == ASKED
+    assert raw.headers["x-mixpr-action"] == "compressed"
+    assert int(raw.headers["x-mixpr-compressed-tokens"]) <= 8192 - 4000
+    assert _received(upstream, "w8k")["max_tokens"] == 4000
 
 
 def test_a_long_prompt_is_compressed_into_what_the_lowered_reply_leaves(
@@ -228,6 +255,29 @@ def test_the_ceiling_is_a_share_of_the_window_within_the_models_output_and_the_f
     assert reply.ceiling(WINDOW, 4000, FLOOR) == 4000
     assert reply.ceiling(WINDOW, 64_000, FLOOR) == CEILING
     assert reply.ceiling(2048, None, FLOOR) == FLOOR
+
+
+def test_the_reply_kept_is_a_function_of_the_window_the_constant_parts_and_the_reply_asked() -> None:
+    asked = reply.Reply("max_tokens", ASKED, ASKED)
+    assert reply.kept(asked, WINDOW, 0, CEILING, FLOOR).tokens == CEILING
+    assert reply.kept(asked, WINDOW, 21_000, CEILING, FLOOR).tokens == FLOOR  # Claude Code's prompt and tools
+    assert reply.kept(asked, 200_000, 21_000, 50_000, FLOOR) == asked
+    small = reply.Reply("max_tokens", 4000, 4000)
+    assert reply.kept(small, 8192, 100, 2048, FLOOR) == small
+
+
+def test_a_thinking_budget_is_never_lowered_under_anthropics_least() -> None:
+    """A reply lowered to 1,024 made the thinking budget 1,023: Anthropic refuses under 1,024. With
+    thinking, the least reply holds 1,024 of thinking and the floor beside it."""
+    params = {"max_tokens": ASKED, "thinking": {"type": "enabled", "budget_tokens": ASKED - 1}}
+    least = reply.least(params, FLOOR)
+    assert least == FLOOR + reply.THINKING_MIN and reply.least({"max_tokens": ASKED}, FLOOR) == FLOOR
+    asked = reply.asked(params, FLOOR)
+    lowered = reply.kept(asked, WINDOW, 30_000, CEILING, least)
+    assert lowered.tokens == least
+    sent = reply.forwarded(params, (ASKED, lowered.tokens))
+    assert sent["thinking"]["budget_tokens"] == least - 1 >= reply.THINKING_MIN
+    assert reply.forwarded(params, (ASKED, 1024))["thinking"]["budget_tokens"] == reply.THINKING_MIN
 
 
 def test_forwarded_lowers_only_what_the_client_set() -> None:
