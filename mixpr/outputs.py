@@ -67,11 +67,13 @@ def compress_blocks(
 
 
 def block_scores(
-    blocks: kinds.Blocks, query: str, titles: tuple[list[str], np.ndarray] | None = None
+    blocks: kinds.Blocks, query: str, titles: tuple[list[str], np.ndarray] | None = None,
+    apart: np.ndarray | None = None,
 ) -> np.ndarray:
     """The fused rank score of every block; pinned blocks above all others. ``titles``: texts, and
     per block the index of its own (what produced the output it belongs to), whose words count in
-    the block at ``TITLE_WEIGHT``."""
+    the block at ``TITLE_WEIGHT``. ``apart``: blocks that open an output of their own (relevance does
+    not spread to them from the previous one's end)."""
     counts, _, asked = _counts(blocks.texts(), query, titles)
     if counts.shape[1] == 0:
         return blocks.pinned.astype(np.float64)
@@ -83,7 +85,7 @@ def block_scores(
     if relevance.sum() > 0:
         graph = unit_rows(W[:, uncommon].tocsr())
         ranked.append(pagerank.factorised(graph, relevance, LOCAL_ALPHA))
-        ranked.append(pagerank.along_chain(relevance, CHAIN_ALPHA))
+        ranked.append(pagerank.along_chain(relevance, CHAIN_ALPHA, apart=apart))
     scores = experts.fuse_ranks(*ranked) + GLOBAL_WEIGHT * experts.fuse_ranks(central)
     if blocks.prior is not None:
         scores = scores * blocks.prior
@@ -166,7 +168,8 @@ def compress_parts(
     owner = np.concatenate([np.full(len(b), i, dtype=np.int64) for i, b in enumerate(split)])
     joined = _joined(text, split, [0, *ends[:-1]])
     titles = ([title for _, title in parts], owner)
-    scores = block_scores(joined, query, titles) if len(joined) else owner * 0.0
+    apart = np.cumsum([len(b) for b in split])[:-1]  # each part's first block: no spread across
+    scores = block_scores(joined, query, titles, apart) if len(joined) else owner * 0.0
     per_char = tokens / max(1, len(text))
     keep, texts, kept_tokens = _fit_parts(split, joined, owner, scores, budget_tokens, model, per_char)
     spans = list(zip(joined.starts[keep].tolist(), joined.ends[keep].tolist(), strict=True))
@@ -217,11 +220,13 @@ def _fit_parts(split: list[kinds.Blocks], joined: kinds.Blocks, owner: np.ndarra
 def _assembled(split: list[kinds.Blocks], owner: np.ndarray, keep: np.ndarray,
                sizes: np.ndarray) -> tuple[np.ndarray, list[str]]:
     """Each part's kept blocks (gaps no dearer than a marker filled in) with markers; "" for a part
-    that keeps none. Returns the kept blocks' global indices too."""
+    that keeps none. Returns the kept blocks' global indices too. ``keep`` is sorted and parts own
+    consecutive blocks, so each part's share is one slice (linear, not parts x kept)."""
     first = np.concatenate(([0], np.cumsum([len(b) for b in split])))
+    bounds = np.searchsorted(owner[keep], np.arange(len(split) + 1))
     kept, texts = [], []
     for i, blocks in enumerate(split):
-        mine = keep[owner[keep] == i] - first[i]
+        mine = keep[bounds[i] : bounds[i + 1]] - first[i]
         if len(mine) == 0:
             texts.append("")
             continue

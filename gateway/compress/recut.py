@@ -36,11 +36,12 @@ def key(pieces: list[forms.Piece], query: str, budget: int, salt: str) -> str:
 def recut_job(pieces: list[forms.Piece], query: str, budget: int,
               model: str | None) -> list[tuple[str, int]]:
     """In a worker: each piece's text after the cut, and its tokens."""
-    asked = budget - PLACEHOLDER_TOKENS * len(pieces)
+    split = [_parts(p) for p in pieces]
+    # The questions the cut keeps whole are paid from its budget too (they overran it, ~500 each).
+    asked = budget - PLACEHOLDER_TOKENS * len(pieces) - sum(count_tokens(s.after, model) for s in split)
     if asked < 1:  # nothing kept but what is never cut: a user message's question
         return [_kept(p, parts, [""] * len(parts.texts), model) if p.question else _placeholder(p, model)
-                for p, parts in ((p, _parts(p)) for p in pieces)]
-    split = [_parts(p) for p in pieces]
+                for p, parts in zip(pieces, split, strict=True)]
     texts = [text for parts in split for text in parts.texts]
     titles = [piece.title for piece, parts in zip(pieces, split, strict=True) for _ in parts.texts]
     ends = list(itertools.accumulate(len(text) for text in texts))

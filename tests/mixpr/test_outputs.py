@@ -218,3 +218,45 @@ def test_parts_share_one_budget_and_the_named_part_keeps_its_lines():
     assert all("omitted" in p for p in result.parts if p)  # every cut is marked in the part it cut
     tight = cut(60)
     assert "The codeword is word-3." in tight.parts[3] and tight.parts.count("") >= 5
+
+
+def test_relevance_does_not_spread_across_parts():
+    """Under one budget, an output that ends on the query's word gave the next output's first lines
+    part of its relevance (the chain ran across the boundary): the other output, which shares no
+    word with the query, ranked above most of the named one."""
+    import numpy as np
+
+    from mixpr import outputs
+
+    named = "".join(f"line {k} of nothing in particular\n" for k in range(20)) + "the zebracorn lives here\n"
+    other = "".join("the same quiet line\n" for _ in range(20))
+    split = [outputs._split(named, "auto"), outputs._split(other, "auto")]
+    owner = np.concatenate([np.full(len(b), i, dtype=np.int64) for i, b in enumerate(split)])
+    joined = outputs._joined(named + other, split, [0, len(named)])
+    apart = np.array([len(split[0])])
+    scores = outputs.block_scores(joined, "zebracorn", (["a", "b"], owner), apart)
+    n = len(split[0])
+    assert scores[n:].max() < scores[:n].min()
+    spread = outputs.block_scores(joined, "zebracorn", (["a", "b"], owner))
+    assert spread[n] > spread[:n - 1].max()  # what the boundary let through before
+
+
+def test_assembled_gives_each_part_its_own_blocks():
+    """``_assembled`` by slices of the sorted keep: the same texts as one mask per part."""
+    import numpy as np
+
+    from mixpr import outputs
+
+    texts = [f"part {n}\n" + "".join(f"line {k} of part {n}\n" for k in range(5 + n)) for n in range(6)]
+    split = [outputs._split(t, "auto") for t in texts]
+    owner = np.concatenate([np.full(len(b), i, dtype=np.int64) for i, b in enumerate(split)])
+    sizes = np.full(len(owner), 5.0)
+    keep = np.sort(np.random.default_rng(1).choice(len(owner), size=len(owner) // 3, replace=False))
+    got, parts = outputs._assembled(split, owner, keep, sizes)
+    first = np.concatenate(([0], np.cumsum([len(b) for b in split])))
+    for i, blocks in enumerate(split):
+        mine = keep[owner[keep] == i] - first[i]
+        cost = sizes[first[i] : first[i + 1]]
+        want = "" if len(mine) == 0 else outputs.markers.assemble(blocks, outputs.filled(mine, cost))
+        assert parts[i] == want
+    assert set(keep) <= set(got)

@@ -188,3 +188,15 @@ def test_a_deeply_nested_argument_does_not_fail_a_reset() -> None:
     [argument, output] = recut.recut_job(pieces, TASK, 500, "gpt-4o-mini")
     assert argument[0] == deep  # kept as written
     assert output[1] < 500 < count_tokens(_listing(1), "gpt-4o-mini")  # the rest is cut
+
+
+def test_a_reset_pays_for_the_questions_it_keeps() -> None:
+    """The questions a reset keeps whole came on top of its budget: ~500 tokens over per user message."""
+    question = " ".join(f"Does clause {n} of the lease still hold after the renewal?" for n in range(30))
+    document = "Clause one of the lease. " * 400 + "\n\n" + question
+    pieces = [forms.Piece(2 * n + 1, None, None, "user", document, "", None, True, True) for n in range(3)]
+    pieces.append(forms.Piece(8, None, None, "tool", _listing(1), "", None, False, True))
+    for budget in (1_500, 3_000):
+        cut = recut.recut_job(pieces, TASK, budget, "gpt-4o-mini")
+        assert all(text.endswith(question) for text, _ in cut[:3])
+        assert sum(tokens for _, tokens in cut) <= budget + 50, budget
