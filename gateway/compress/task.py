@@ -29,8 +29,8 @@ RECENT = 2  # the agent's latest assistant messages: what it is doing now
 
 
 def query(messages: Sequence[dict[str, Any]], i: int) -> str:
-    """The query of a reset at ``i``: the user's words, then the agent's latest words and calls, and
-    the tool results it has before it now (reads ``0..i`` only)."""
+    """The query of a reset at ``i``: the user's words, then the agent's latest words and calls (reads
+    ``0..i`` only). Tool results are not in it: they are what the cut ranks."""
     said = [user_words(m) for m in messages[: i + 1] if m.get("role") == "user"]
     agent = [agent_words(m) for m in messages[: i + 1] if m.get("role") == "assistant"][-RECENT:]
     return "\n\n".join(text for text in [*said, *agent] if text)
