@@ -27,7 +27,7 @@ INSTALL := $(BIN)/uv pip install --python $(BIN)/python --constraint $(LOCK)
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test lint hadolint k8s-check install install-test lock clean
+.PHONY: run test fuzz lint hadolint k8s-check install install-test lock clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -46,6 +46,13 @@ test: $(VENV)/.installed-test
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# The multi-turn path's property tests (tests/gateway/compress/test_properties.py) at length: `make test`
+# runs a bounded profile (12 examples, derandomized); this one 300 random examples. Keep what it finds
+# as @example in the test.
+fuzz: $(VENV)/.installed-test
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -n 0 -p no:randomly tests/gateway/compress/test_properties.py \
+		--hypothesis-show-statistics
 
 hadolint: $(VENV)/.installed-test
 	$(BIN)/hadolint Dockerfile
