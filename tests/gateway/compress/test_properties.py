@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 from conftest import model
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from gateway.compress import forms
@@ -198,6 +198,8 @@ def test_the_multi_turn_path_keeps_its_promises(runner: tuple[asyncio.Runner, Co
         outcome = loop.run(_preparer(compressor, config).prepare(call))
     except ContextLengthExceeded:
         return  # what is never compressed does not fit: a 400, which is a promise too
+    event(f"action={outcome.action}")
+    event(f"reset={outcome.resets > 0}")
     _check(conversation, outcome.messages)
     reply = outcome.max_tokens[1] if outcome.max_tokens else (config["max_tokens"] or 1024)
     assert outcome.final_tokens + reply <= config["window"]
