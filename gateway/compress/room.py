@@ -21,7 +21,7 @@ CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset bring
 class Room:
     """``at``: the total over which a reset happens; ``after``: what a reset brings the total to in
     cost mode (None in window mode, where it is ``fill`` of what the fixed tokens leave); ``cap``:
-    the most one first-sight form keeps. All in counted tokens."""
+    the most one first-sight form keeps (cost mode: the budget). All in counted tokens."""
 
     at: int
     after: int | None
@@ -42,8 +42,11 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
     asked = control.budget_tokens or settings.budget_tokens
     fill = settings.prefix.reset_fill
     if asked != policy.AUTO:
-        # Never more than ``reset_fill`` of the room: a reset that brought the total to the room
+        # A reset leaves at most ``reset_fill`` of the room: one that brought the total to the room
         # itself (a budget at the trigger) would leave no room for the next step, and reset again.
         after = target.counted(min(int(asked), int(top * fill)))
-        return Room(target.counted(top), after, fill, max(1, after // CAP_SHARE))
+        # A first-sight form keeps what the budget keeps: a pasted document's form is then what its
+        # question was sent with when it came alone (compressed whole, to the budget).
+        cap = target.counted(min(int(asked), top))
+        return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE))
     return Room(target.counted(top), None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE))

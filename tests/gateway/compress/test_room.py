@@ -26,7 +26,7 @@ def test_a_cost_budget_at_the_trigger_is_converted_once() -> None:
     assert space.at == 8_000
     assert space.share(0) <= space.at
     assert space.share(0) == 8_000  # what the budget allows, not 0.64x of it (6,400)
-    assert space.cap == space.share(0)  # one first-sight form: at most what a reset leaves
+    assert space.cap == 8_000  # one first-sight form: what the budget keeps
 
 
 def test_window_mode_leaves_reset_fill_of_what_the_fixed_parts_leave() -> None:
