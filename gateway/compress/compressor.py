@@ -90,6 +90,7 @@ class Compressor:
         self.workers = workers
         queued = 4 * workers.size if max_queued is None else max_queued
         self.queue = Gate(workers.size + queued)  # requests being compressed or waiting for a worker
+        self.builds = offload.Builds(self.queue.limit)  # threads for conversation builds
         self.metrics = metrics
         self.routes = RouteCache(route_cache_size)
 
@@ -98,6 +99,7 @@ class Compressor:
 
     def close(self) -> None:
         self.workers.close()
+        self.builds.close()
 
     def ticket(self) -> Ticket:
         """A place in this compressor's queue for one request (released by whoever asked for it)."""

@@ -98,13 +98,13 @@ class History:
             outcome = await self.today(request)
             if request.settings.prefix.enabled and not outcome.failed_open:  # what a follow-up extends
                 # Hashing every message grows with the request's bytes, not only its items.
-                await offload.build(self._remember, request, outcome.messages, model_name)
+                await self.compressor.builds.run(self._remember, request, outcome.messages, model_name)
             return outcome
         started = time.perf_counter()
         ticket = self.compressor.ticket()
         bridge = Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
         try:
-            outcome = await offload.build(self._build, request, bridge, model_name)
+            outcome = await self.compressor.builds.run(self._build, request, bridge, model_name)
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a failed build must not cost an answer: the whole request, as today

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -207,3 +208,49 @@ def test_whole_request_compression_is_checked_too(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(History, "_build", broken)
     with pytest.raises(ContextLengthExceeded, match="thinking blocks"):
         _build(messages, window=4_000)
+
+
+def test_a_request_that_needs_no_pool_job_answers_while_cold_builds_wait() -> None:
+    """Ten cold conversations wait on one held worker (every place of the compression queue taken);
+    a short conversation below the trigger, and a single question (whose sent bytes are remembered
+    in a build thread), answer meanwhile: no build thread is free only for the held ones to hold."""
+    held = threading.Event()
+    real = forms.form_job
+
+    def form_job(piece: forms.Piece, asked: int, model: str | None) -> tuple[str, int]:
+        held.wait(120)
+        return real(piece, asked, model)
+
+    async def main() -> tuple[list[Outcome], list[Outcome], int]:
+        workers = Workers(workers=1, executor="thread", timeout_s=120)
+        compressor = Compressor(workers, route_cache_size=16, max_queued=9)
+        await compressor.start(with_router=False)
+        history = History(compressor, cache_bytes=64 * 1024 * 1024)
+        settings = MixprSettings(router="heuristic", prefix=Prefix(**FORMS))
+        target = Target("gpt-4o-mini", 32_000, 1024)
+
+        def request(messages: list[dict[str, Any]]) -> Request:
+            return Request(messages, None, target, settings, Control(), None)
+
+        conversations = [_loop([f"{n} " + _listing(s) for s in range(8)]) for n in range(10)]
+        cold = [asyncio.create_task(history.prepare(request(c))) for c in conversations]
+        deadline = time.monotonic() + 60
+        while compressor.queue.used < 8 and time.monotonic() < deadline:  # 8: main's build threads
+            await asyncio.sleep(0.01)
+        admitted = compressor.queue.used
+        short = [request(_loop(["ok 1", "ok 2"])), request([{"role": "user", "content": "Hello?"}])]
+        answering = [asyncio.create_task(history.prepare(r)) for r in short]
+        answered, _ = await asyncio.wait(answering, timeout=30)
+        still_held = not any(task.done() for task in cold)
+        held.set()
+        built = await asyncio.gather(*cold)
+        compressor.close()
+        assert still_held
+        return [task.result() for task in answered], built, admitted
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(forms, "form_job", form_job)
+        answered, built, admitted = asyncio.run(main())
+    assert admitted >= 8
+    assert len(answered) == 2 and all(o.action == "passthrough" for o in answered)
+    assert all(o.route == "forms" for o in built)
