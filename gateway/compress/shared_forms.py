@@ -30,6 +30,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
+from gateway.compress.failures import FAILED_TTL_S, Failures
 from gateway.compress.forms import FormCache
 from gateway.config import GeneralSettings
 
@@ -97,9 +98,10 @@ class SharedForms:
         self._answered()
         return {name: value for name, value in zip(names, values, strict=True) if value is not None}
 
-    def store(self, values: dict[str, bytes]) -> None:
+    def store(self, values: dict[str, bytes], ttl_s: int | None = None) -> None:
         """Write ``values`` (:func:`encoded` forms by name) in the background, in one pipeline, but
-        for those over ``max_entry_bytes``; nothing while ``MAX_PENDING_WRITES`` writes are pending."""
+        for those over ``max_entry_bytes``; nothing while ``MAX_PENDING_WRITES`` writes are pending.
+        Each expires after ``ttl_s`` (default: ``form_cache_ttl_s``)."""
         payload = {self.prefix + name: value for name, value in values.items()
                    if len(value) <= self.max_entry_bytes}
         if not payload or self._resting():
@@ -107,7 +109,7 @@ class SharedForms:
         if len(self._writes) >= MAX_PENDING_WRITES:
             self.count_error("dropped")
             return
-        task = asyncio.get_running_loop().create_task(self._write(payload))
+        task = asyncio.get_running_loop().create_task(self._write(payload, ttl_s or self.ttl_s))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
@@ -118,12 +120,12 @@ class SharedForms:
         await self._client.aclose()
         await self._client.connection_pool.disconnect()
 
-    async def _write(self, payload: dict[str, bytes]) -> None:
+    async def _write(self, payload: dict[str, bytes], ttl_s: int) -> None:
         try:
             async with asyncio.timeout(WRITE_TIMEOUT_S):
                 async with self._client.pipeline(transaction=False) as pipe:
                     for name, value in payload.items():
-                        pipe.set(name, value, ex=self.ttl_s)
+                        pipe.set(name, value, ex=ttl_s)
                     await pipe.execute()
         except OutOfMemoryError:  # maxmemory reached under a noeviction policy: reads still work
             self._failed("full", rest=False)
@@ -162,16 +164,21 @@ class FormStore:
         self.local = local
         self.shared = shared
         self.metrics = metrics
+        self.failures = Failures()
 
     def found(self, names: Sequence[str], loop: asyncio.AbstractEventLoop | None) -> dict[str, Form]:
         """The forms known of ``names``: from memory, then one round trip to Redis for the rest
-        (which memory then keeps)."""
+        (which memory then keeps). Names whose job failed (:meth:`failed`) are not among them."""
         known = {name: form for name in names if (form := self.local.get(name)) is not None}
-        missing = [name for name in dict.fromkeys(names) if name not in known]
-        fetched = {name: form for name, value in self._fetched(missing, loop).items()
-                   if (form := decoded(value)) is not None}
-        for name, form in fetched.items():
-            self.local.put(name, form)
+        failed = self.failures.known(name for name in names if name not in known)
+        missing = [name for name in dict.fromkeys(names) if name not in known and name not in failed]
+        fetched: dict[str, Form] = {}
+        for name, value in self._fetched(missing, loop).items():
+            if value == FAILED:
+                self.failures.add([name])
+            elif (form := decoded(value)) is not None:
+                fetched[name] = form
+                self.local.put(name, form)
         self._count("local", len(known))
         self._count("redis", len(fetched))
         return {**known, **fetched}
@@ -184,6 +191,17 @@ class FormStore:
         if self.shared is not None and loop is not None and entries:
             values = {name: encoded(form) for name, form in entries.items()}  # here, not on the loop
             loop.call_soon_threadsafe(self.shared.store, values)
+
+    def failed(self, names: Sequence[str]) -> set[str]:
+        """Those of ``names`` whose job failed on its own, here or (as :meth:`found` saw) on another
+        replica, less than ``FAILED_TTL_S`` ago: not to be run again."""
+        return self.failures.known(names)
+
+    def keep_failed(self, names: Sequence[str], loop: asyncio.AbstractEventLoop | None) -> None:
+        """Remember that the jobs of ``names`` failed, here and (without waiting) in Redis."""
+        self.failures.add(names)
+        if self.shared is not None and loop is not None and names:
+            loop.call_soon_threadsafe(self.shared.store, dict.fromkeys(names, FAILED), FAILED_TTL_S)
 
     async def aclose(self) -> None:
         if self.shared is not None:
@@ -204,6 +222,9 @@ class FormStore:
     def _count(self, source: str, entries: int) -> None:
         if self.metrics is not None and entries:
             self.metrics.form_cache.labels(source).inc(entries)
+
+
+FAILED = b"failed\n"  # the value of a form whose job failed (never a form: those start with digits)
 
 
 def encoded(form: Form) -> bytes:

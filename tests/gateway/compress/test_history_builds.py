@@ -6,17 +6,19 @@ import asyncio
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from redis_server import RedisServer
 
 import mixpr
-from gateway.compress import checks, forms
+from gateway.compress import checks, forms, shared_forms
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
-from gateway.config import MixprSettings, Prefix
+from gateway.config import GeneralSettings, MixprSettings, Prefix
 from gateway.errors import ContextLengthExceeded
 from gateway.run.workers import Workers
 
@@ -113,7 +115,7 @@ def test_one_failing_form_does_not_cost_the_others_theirs(monkeypatch: pytest.Mo
     assert outcome.route == "forms" and checks.problems(messages, outcome.messages) == []
     sent = [m["content"] for m in outcome.messages if m["role"] == "tool"]
     assert sent[3] == outputs[3]  # the odd one keeps its own text
-    assert sum(len(text) < len(output) / 2 for text, output in zip(sent, outputs, strict=True)) >= 10
+    assert sum(len(text) < len(output) / 2 for text, output in zip(sent, outputs, strict=True)) == 19
 
 
 def test_a_cold_instance_builds_a_long_session_as_a_warm_one_does() -> None:
@@ -254,3 +256,57 @@ def test_a_request_that_needs_no_pool_job_answers_while_cold_builds_wait() -> No
     assert admitted >= 8
     assert len(answered) == 2 and all(o.action == "passthrough" for o in answered)
     assert all(o.route == "forms" for o in built)
+
+
+def _prepared_by_replicas(conversations: list[list[dict[str, Any]]], *, timeout_s: float,
+                          redis_url: str | None = None) -> list[Outcome]:
+    """Each conversation prepared by a History of its own (a replica, cold), all of them sharing one
+    Redis when ``redis_url`` is given, else one History for all (one replica, warm)."""
+
+    async def main() -> list[Outcome]:
+        workers = Workers(workers=1, executor="thread", timeout_s=timeout_s)
+        compressor = Compressor(workers, route_cache_size=16)
+        await compressor.start(with_router=False)
+        settings = MixprSettings(router="heuristic", prefix=Prefix(**FORMS))
+        target = Target("gpt-4o-mini", 32_000, 1024)
+        general = GeneralSettings(form_cache_url=redis_url, master_key="sk-replicas")
+        one = History(compressor, cache_bytes=64 * 1024 * 1024)
+        out = []
+        try:
+            for messages in conversations:
+                history = one if redis_url is None else History(
+                    compressor, cache_bytes=64 * 1024 * 1024, shared=shared_forms.from_settings(general))
+                out.append(await history.prepare(Request(messages, None, target, settings, Control(), None)))
+                if history is not one:
+                    await history.aclose()  # its write-backs done
+        finally:
+            compressor.close()
+        return out
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("fail", [_raise, lambda: time.sleep(3)], ids=["raises", "times-out"])
+def test_a_failed_form_is_remembered_as_failed(monkeypatch: pytest.MonkeyPatch,
+                                               fail: Callable[[], Any]) -> None:
+    """The second request of a conversation neither runs the failing job again (a timeout and a
+    killed worker each time) nor sends other bytes for its batch-mates."""
+    calls: list[str] = []
+    _failing_for_odd(monkeypatch, lambda: (calls.append(ODD), fail()))
+    outputs = [_listing(step) for step in range(6)]
+    outputs[3] = ODD + "\n" + outputs[3]
+    first, second = _prepared_by_replicas([_loop(outputs)] * 2, timeout_s=1.5)
+    assert first.route == second.route == "forms"
+    assert second.messages == first.messages and second.new_forms == 0
+    assert len(calls) == (1 if fail is _raise else 2)  # a timeout: in its batch, then alone
+
+
+def test_a_failed_form_is_remembered_by_every_replica(monkeypatch: pytest.MonkeyPatch,
+                                                      redis_server: RedisServer) -> None:
+    calls: list[str] = []
+    _failing_for_odd(monkeypatch, lambda: (calls.append(ODD), _raise()))
+    outputs = [_listing(step) for step in range(6)]
+    outputs[2] = f"{ODD} {uuid.uuid4()}\n" + outputs[2]  # the session's Redis is shared by the tests
+    first, second = _prepared_by_replicas([_loop(outputs)] * 2, timeout_s=30, redis_url=redis_server.url)
+    assert second.messages == first.messages and second.new_forms == 0
+    assert len(calls) == 1
