@@ -169,6 +169,7 @@ def gateway_config(upstream: str, redis_url: str | None) -> dict[str, Any]:
     general.update({"compression_executor": "process", "compression_workers": WORKERS})
     if redis_url:
         general["form_cache_url"] = redis_url
+        general["deployment_secret"] = "bench-replicas"  # entries are signed; every replica the same
     return config
 
 

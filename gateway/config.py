@@ -183,6 +183,10 @@ class ModelEntry(_Strict):
 
 class GeneralSettings(_Strict):
     master_key: str | None = None
+    # A secret of the deployment, the same on every replica: keys the prompt_cache_key MAC
+    # (gateway.core.cache_key) and signs the shared form cache's entries (gateway.compress.shared_forms).
+    # null: derived from master_key (without one: the cache key's secret is this install's own).
+    deployment_secret: str | None = None
     # Serve without a master key on a non-loopback address (something in front authenticates).
     allow_unauthenticated: bool = False
     # Host names a loopback-bound gateway also answers to (a reverse proxy that passes its own).
@@ -229,6 +233,11 @@ class GeneralSettings(_Strict):
     form_cache_ttl_s: int = Field(24 * 3600, ge=1)  # each entry expires this long after it was written
     form_cache_max_entry_bytes: int = Field(1024 * 1024, ge=1024)  # larger forms stay local
 
+    @field_validator("deployment_secret")
+    @classmethod
+    def _unset_if_empty(cls, value: str | None) -> str | None:
+        return value if value is not None and value.strip() else None  # an unset variable: derived
+
     @field_validator("master_key")
     @classmethod
     def _not_empty(cls, value: str | None) -> str | None:
@@ -252,6 +261,13 @@ class GeneralSettings(_Strict):
     @classmethod
     def _lower(cls, value: list[str]) -> list[str]:
         return [name.lower() for name in value]
+
+    @model_validator(mode="after")
+    def _form_cache_signed(self) -> GeneralSettings:
+        if self.form_cache_url and not (self.deployment_secret or self.master_key):
+            raise ValueError("form_cache_url needs deployment_secret (or master_key): the shared cache's "
+                             "entries are signed with it, and every replica must have the same")
+        return self
 
     @model_validator(mode="after")
     def _one_body_fits(self) -> GeneralSettings:

@@ -76,6 +76,12 @@ class Metrics:
         self.form_cache_errors = Counter("mixpr_form_cache_errors", "Failures of the shared form cache "
                                          "(Redis), by cause (unavailable, timeout, full, error, dropped); "
                                          "the request went on with local work", ["cause"], registry=r)
+        self.form_cache_rejected = Counter("mixpr_form_cache_rejected", "Shared form cache (Redis) entries "
+                                           "dropped because their signature did not check (written by "
+                                           "another deployment, changed, or moved); the form was computed "
+                                           "here", registry=r)
+        self.form_cache_pending_writes = Gauge("mixpr_form_cache_pending_writes", "Write-backs to the "
+                                               "shared form cache (Redis) in flight", registry=r)
         self.upstream_cached_tokens = Counter("mixpr_upstream_cached_tokens", "Prompt tokens the upstream "
                                               "reported read from (or written to) its prompt cache",
                                               ["model", "kind"], registry=r)

@@ -14,6 +14,7 @@ fails (a worker crashed twice, a job timed out), the original prompt goes out if
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -90,14 +91,18 @@ class Compressor:
         self.workers = workers
         queued = 4 * workers.size if max_queued is None else max_queued
         self.queue = Gate(workers.size + queued)  # requests being compressed or waiting for a worker
+        self.builds = offload.Builds(self.queue.limit)  # threads for conversation builds
         self.metrics = metrics
         self.routes = RouteCache(route_cache_size)
 
     async def start(self, *, with_router: bool) -> None:
-        await self.workers.start(_warm_up, with_router)
+        # Short texts are counted in this process too: loading a tokenizer takes a second or more,
+        # which on the first request's loop would stall every other request.
+        await asyncio.gather(self.workers.start(_warm_up, with_router), offload.run(_load_tokenizers))
 
     def close(self) -> None:
         self.workers.close()
+        self.builds.close()
 
     def ticket(self) -> Ticket:
         """A place in this compressor's queue for one request (released by whoever asked for it)."""
@@ -313,11 +318,15 @@ def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUn
     )
 
 
+def _load_tokenizers() -> None:
+    count_tokens("warm up", "gpt-4o-mini")
+    count_tokens("warm up", None)
+
+
 def _warm_up(with_router: bool) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
     _hold_for_tests(START_SUFFIX)
-    count_tokens("warm up", "gpt-4o-mini")
-    count_tokens("warm up", None)
+    _load_tokenizers()
     if with_router:
         import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
 

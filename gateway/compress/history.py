@@ -69,13 +69,13 @@ class History:
             outcome = await self.today(request)
             if request.settings.prefix.enabled and not outcome.failed_open:  # what a follow-up extends
                 # Hashing every message grows with the request's bytes, not only its items.
-                await offload.build(self._remember, request, outcome.messages, model_name)
+                await self.compressor.builds.run(self._remember, request, outcome.messages, model_name)
             return outcome
         started = time.perf_counter()
         ticket = self.compressor.ticket()
         bridge = Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
         try:
-            outcome = await offload.build(self._build, request, bridge, model_name)
+            outcome = await self.compressor.builds.run(self._build, request, bridge, model_name)
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a failed build must not cost an answer: the whole request, as today
@@ -150,7 +150,11 @@ class History:
         names = [f"{name}:{k}" for k in range(len(pool))]
         known = self.store.found(names, bridge.loop)
         if len(known) < len(names):
-            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model)])
+            if self.store.failed(names[:1]):  # it failed before: no reset here, as then
+                plan.failed += 1
+                return {}
+            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model)],
+                                failed=lambda *_: self.store.keep_failed(names[:1], bridge.loop))
             if done is None:  # the pool failed it: no reset here (the request may still fit, or not)
                 plan.failed += 1
                 return {}
@@ -210,10 +214,15 @@ class History:
     def _computed(self, plan: Plan, bridge: Bridge, missing: dict[str, Any], job: Any,
                   jobs: list[tuple[Any, ...]]) -> dict[str, tuple[str, int]]:
         """What the pool computed for ``missing``, kept here and in Redis as each result arrives (so
-        what is finished survives a later batch's failure); a job that failed is left out."""
+        what is finished survives a later batch's failure); a job that failed is left out, and
+        remembered as failed (``gateway.compress.failures``) so later requests send the same bytes."""
         names = list(missing)
-        done = bridge.map(job, jobs, lambda index, form: self.store.keep({names[index]: form}, bridge.loop))
-        computed = {name: form for name, form in zip(names, done, strict=True) if form is not None}
+        failed = self.store.failed(names)  # failed before: they keep their text, as then
+        todo = [number for number, name in enumerate(names) if name not in failed]
+        done = bridge.map(job, [jobs[n] for n in todo],
+                          lambda index, form: self.store.keep({names[todo[index]]: form}, bridge.loop),
+                          lambda index, _: self.store.keep_failed([names[todo[index]]], bridge.loop))
+        computed = {names[n]: form for n, form in zip(todo, done, strict=True) if form is not None}
         plan.new_forms += len(computed)
         plan.failed += len(names) - len(computed)
         return computed

@@ -11,7 +11,7 @@ import hashlib
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 REMEMBERED_BYTES = 8 * 1024 * 1024  # what this instance sent per conversation, for honest reports
@@ -44,8 +44,16 @@ class Sent:
             self.used -= 48 * len(old)
 
 
+# A long string is escaped this many characters at a time: ``json.dumps`` of a whole 8 MB message
+# holds the GIL ~60 ms in one C call, during which a build's thread stalls the event loop.
+CHUNK_CHARS = 65_536
+
+
 def digest(message: dict[str, Any]) -> str:
-    return hashlib.blake2b(json.dumps(message, sort_keys=True).encode(), digest_size=16).hexdigest()
+    out = hashlib.blake2b(digest_size=16)
+    for piece in canonical(message):
+        out.update(piece.encode())
+    return out.hexdigest()
 
 
 def chain(messages: Sequence[dict[str, Any]], model_name: str) -> list[str]:
@@ -53,9 +61,38 @@ def chain(messages: Sequence[dict[str, Any]], model_name: str) -> list[str]:
     running = hashlib.blake2b(model_name.encode(), digest_size=16)
     out = []
     for message in messages:
-        running.update(json.dumps(message, sort_keys=True).encode())
+        for piece in canonical(message):
+            running.update(piece.encode())
         out.append(running.copy().hexdigest())
     return out
+
+
+def canonical(value: Any) -> Iterator[str]:
+    """``json.dumps(value, sort_keys=True)`` in pieces, no piece much longer than ``CHUNK_CHARS``
+    (a string's escapes do not depend on its neighbours, so its slices are escaped one by one)."""
+    if isinstance(value, str):
+        if len(value) <= CHUNK_CHARS:
+            yield json.dumps(value)
+            return
+        yield '"'
+        for start in range(0, len(value), CHUNK_CHARS):
+            yield json.dumps(value[start:start + CHUNK_CHARS])[1:-1]
+        yield '"'
+    elif isinstance(value, dict) and all(isinstance(key, str) for key in value):
+        yield "{"
+        for number, key in enumerate(sorted(value)):
+            yield f"{', ' if number else ''}{json.dumps(key)}: "
+            yield from canonical(value[key])
+        yield "}"
+    elif isinstance(value, list | tuple):
+        yield "["
+        for number, item in enumerate(value):
+            if number:
+                yield ", "
+            yield from canonical(item)
+        yield "]"
+    else:
+        yield json.dumps(value, sort_keys=True)
 
 
 def common(a: Sequence[str], b: Sequence[str]) -> int:

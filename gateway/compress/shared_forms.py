@@ -8,6 +8,15 @@ forms (and evidence blocks, and token counts) instead of recomputing them. This 
 in one ``MGET`` per step of a build (a 300-step conversation is one round trip, not 300), and what
 was computed is written back in one pipeline of ``SET … EX``, without waiting for it.
 
+What is read is this code's and this deployment's only. Names start with a digest of the code that
+shapes a form (:data:`CODE_DIGEST`: MixPR's source, the form-shaping modules here, the versions of the
+libraries MixPR calls), so replicas of two releases sharing a Redis during a rolling deploy never read
+each other's forms; the settings that shape a form and the model are in every name already
+(``forms.key``'s salt). Every value is signed (HMAC-SHA256 over its name and bytes, under a key derived
+from ``deployment_secret`` or else ``master_key``): one that fails the check (written by whoever can
+write to the Redis, changed, or moved to another name) is dropped and counted in
+``mixpr_form_cache_rejected_total``, and the form computed here.
+
 Redis is optional and never decides an answer: down, slow (past ``form_cache_timeout_ms``) or full,
 a build goes on with local work, which computes the very same bytes. Each outage is logged once (the
 cause, never a key, a value or the URL, which may hold a password) and counted in
@@ -18,11 +27,14 @@ stopped server costs one timeout, not one per request.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import importlib.metadata
 import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -30,17 +42,52 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
+import mixpr
+from gateway.compress.failures import FAILED_TTL_S, Failures
 from gateway.compress.forms import FormCache
 from gateway.config import GeneralSettings
 
 log = logging.getLogger("gateway.compress.shared_forms")
 
 Form = tuple[str, int]  # a form's text and its tokens (a token count: "" and the count)
-FORMAT = 1  # of the stored values and names; a change here must not read older entries
+FORMAT = 2  # of the stored values and names; a change here must not read older entries
 RETRY_AFTER_S = 2.0  # after a failure, builds do not ask Redis for this long
 WRITE_TIMEOUT_S = 2.0  # a write-back waits for no request; it only holds a slot this long at most
 MAX_PENDING_WRITES = 32  # write-backs in flight; past it new ones are dropped (and counted)
 CONNECTIONS = 16  # to Redis, per replica; a request waits for one at most the read timeout
+
+
+# The code a form is a function of: MixPR, and the modules here that cut messages into pieces, ask
+# MixPR for their forms, cut them again in resets and gather evidence; and the libraries MixPR calls.
+SHAPING_ROOTS = (Path(mixpr.__file__).parent,
+                 *(Path(__file__).parent / f"{name}.py" for name in ("forms", "recut", "evidence", "task",
+                                                                     "messages")))
+SHAPING_LIBRARIES = ("numpy", "scipy", "scikit-learn", "tiktoken")
+MAC = hashlib.sha256
+MAC_BYTES = MAC().digest_size
+
+
+def code_digest(roots: Sequence[Path] = SHAPING_ROOTS, libraries: Sequence[str] = SHAPING_LIBRARIES) -> str:
+    """A digest of the source files under ``roots`` (a folder's ``.py`` files, or a file) and the
+    versions of ``libraries``: what a form is a function of besides its inputs and settings."""
+    digest = hashlib.blake2b(digest_size=12)
+    for root in roots:
+        files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+        for path in files:
+            name = path.relative_to(root.parent).as_posix()
+            digest.update(b"%d:%s\0" % (len(name), name.encode()))
+            data = path.read_bytes()
+            digest.update(b"%d\0" % len(data) + data)
+    for library in libraries:
+        try:
+            version = importlib.metadata.version(library)
+        except importlib.metadata.PackageNotFoundError:
+            version = "none"
+        digest.update(f"{library}=={version}\0".encode())
+    return digest.hexdigest()
+
+
+CODE_DIGEST = code_digest()  # once, at import: a few hundred kB of source
 
 
 def from_settings(settings: GeneralSettings, metrics: Any = None) -> SharedForms | None:
@@ -49,30 +96,36 @@ def from_settings(settings: GeneralSettings, metrics: Any = None) -> SharedForms
         return None
     return SharedForms(settings.form_cache_url, timeout_s=settings.form_cache_timeout_ms / 1000,
                        ttl_s=settings.form_cache_ttl_s, max_entry_bytes=settings.form_cache_max_entry_bytes,
-                       metrics=metrics)
+                       secret=signing_secret(settings), metrics=metrics)
 
 
-def namespace() -> str:
-    """The prefix of every name: the format and the gateway's version, so replicas of another release
-    (whose forms may differ) never read this one's."""
-    try:
-        version = importlib.metadata.version("mixpr-gateway")
-    except importlib.metadata.PackageNotFoundError:  # a source tree that was not installed
-        version = "source"
-    return f"mixpr:forms:{FORMAT}:{version}:"
+def signing_secret(settings: GeneralSettings) -> bytes:
+    """The key entries are signed under: from ``deployment_secret``, else ``master_key`` (the config
+    refuses a ``form_cache_url`` with neither), so every replica of one config has the same."""
+    secret = settings.deployment_secret or settings.master_key
+    if not secret:
+        raise ValueError("the shared form cache needs general_settings.deployment_secret or master_key")
+    return hashlib.blake2b(b"mixpr form cache\0" + secret.encode(), digest_size=32).digest()
+
+
+def namespace(digest: str = CODE_DIGEST) -> str:
+    """The prefix of every name: the format and the digest of the code that shapes a form, so
+    replicas of other code (whose forms may differ) never read this one's."""
+    return f"mixpr:forms:{FORMAT}:{digest}:"
 
 
 class SharedForms:
     """Forms in Redis by name, with a TTL, a per-entry size cap, a read timeout and a circuit breaker.
     The async methods run on the event loop; a build's thread reaches them through :class:`FormStore`."""
 
-    def __init__(self, url: str, *, timeout_s: float, ttl_s: int, max_entry_bytes: int,
-                 metrics: Any = None) -> None:
+    def __init__(self, url: str, *, timeout_s: float, ttl_s: int, max_entry_bytes: int, secret: bytes,
+                 prefix: str | None = None, metrics: Any = None) -> None:
         self.timeout_s = timeout_s
         self.ttl_s = ttl_s
         self.max_entry_bytes = max_entry_bytes
         self.metrics = metrics
-        self.prefix = namespace()
+        self.prefix = prefix or namespace()  # another only in tests: another code's entries
+        self._secret = secret
         # One retry, at once: a connection left over from before a Redis restart fails on first use,
         # and a fresh one answers. The timeout bounds the retry too. One pool, bounded.
         pool = BlockingConnectionPool.from_url(
@@ -97,9 +150,10 @@ class SharedForms:
         self._answered()
         return {name: value for name, value in zip(names, values, strict=True) if value is not None}
 
-    def store(self, values: dict[str, bytes]) -> None:
+    def store(self, values: dict[str, bytes], ttl_s: int | None = None) -> None:
         """Write ``values`` (:func:`encoded` forms by name) in the background, in one pipeline, but
-        for those over ``max_entry_bytes``; nothing while ``MAX_PENDING_WRITES`` writes are pending."""
+        for those over ``max_entry_bytes``; nothing while ``MAX_PENDING_WRITES`` writes are pending.
+        Each expires after ``ttl_s`` (default: ``form_cache_ttl_s``)."""
         payload = {self.prefix + name: value for name, value in values.items()
                    if len(value) <= self.max_entry_bytes}
         if not payload or self._resting():
@@ -107,9 +161,43 @@ class SharedForms:
         if len(self._writes) >= MAX_PENDING_WRITES:
             self.count_error("dropped")
             return
-        task = asyncio.get_running_loop().create_task(self._write(payload))
+        task = asyncio.get_running_loop().create_task(self._write(payload, ttl_s or self.ttl_s))
         self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        task.add_done_callback(self._written)
+        if self.metrics is not None:
+            self.metrics.form_cache_pending_writes.inc()
+
+    def _written(self, task: asyncio.Task[None]) -> None:
+        self._writes.discard(task)
+        if self.metrics is not None:
+            self.metrics.form_cache_pending_writes.dec()
+
+    def signed(self, name: str, value: bytes) -> bytes:
+        """``value`` as stored under ``name``: its MAC, then it. Done in a build's thread (a form may
+        be a megabyte), never on the loop."""
+        return self._mac(name, value) + value
+
+    def verified(self, name: str, stored: bytes) -> bytes | None:
+        """The value ``stored`` under ``name`` holds, if signed by this deployment for this name; else
+        None, counted (``mixpr_form_cache_rejected_total``)."""
+        value = stored[MAC_BYTES:]
+        if len(stored) >= MAC_BYTES and hmac.compare_digest(stored[:MAC_BYTES], self._mac(name, value)):
+            return value
+        if self.metrics is not None:
+            self.metrics.form_cache_rejected.inc()
+        return None
+
+    def _mac(self, name: str, value: bytes) -> bytes:
+        mac = hmac.new(self._secret, digestmod=MAC)
+        key = (self.prefix + name).encode()
+        mac.update(b"%d\0" % len(key) + key)
+        mac.update(value)
+        return mac.digest()
+
+    async def flush(self) -> None:
+        """Wait for the write-backs pending now (each bounded by ``WRITE_TIMEOUT_S``)."""
+        while self._writes:
+            await asyncio.wait(set(self._writes))
 
     async def aclose(self) -> None:
         """Let pending write-backs finish (briefly), then close the connections."""
@@ -118,12 +206,12 @@ class SharedForms:
         await self._client.aclose()
         await self._client.connection_pool.disconnect()
 
-    async def _write(self, payload: dict[str, bytes]) -> None:
+    async def _write(self, payload: dict[str, bytes], ttl_s: int) -> None:
         try:
             async with asyncio.timeout(WRITE_TIMEOUT_S):
                 async with self._client.pipeline(transaction=False) as pipe:
                     for name, value in payload.items():
-                        pipe.set(name, value, ex=self.ttl_s)
+                        pipe.set(name, value, ex=ttl_s)
                     await pipe.execute()
         except OutOfMemoryError:  # maxmemory reached under a noeviction policy: reads still work
             self._failed("full", rest=False)
@@ -162,16 +250,24 @@ class FormStore:
         self.local = local
         self.shared = shared
         self.metrics = metrics
+        self.failures = Failures()
 
     def found(self, names: Sequence[str], loop: asyncio.AbstractEventLoop | None) -> dict[str, Form]:
         """The forms known of ``names``: from memory, then one round trip to Redis for the rest
-        (which memory then keeps)."""
+        (which memory then keeps). Names whose job failed (:meth:`failed`) are not among them."""
         known = {name: form for name in names if (form := self.local.get(name)) is not None}
-        missing = [name for name in dict.fromkeys(names) if name not in known]
-        fetched = {name: form for name, value in self._fetched(missing, loop).items()
-                   if (form := decoded(value)) is not None}
-        for name, form in fetched.items():
-            self.local.put(name, form)
+        failed = self.failures.known(name for name in names if name not in known)
+        missing = [name for name in dict.fromkeys(names) if name not in known and name not in failed]
+        fetched: dict[str, Form] = {}
+        for name, stored in self._fetched(missing, loop).items():
+            value = self.shared.verified(name, stored) if self.shared is not None else None
+            if value is None:
+                continue
+            if value == FAILED:
+                self.failures.add([name])
+            elif (form := decoded(value)) is not None:
+                fetched[name] = form
+                self.local.put(name, form)
         self._count("local", len(known))
         self._count("redis", len(fetched))
         return {**known, **fetched}
@@ -182,8 +278,21 @@ class FormStore:
             self.local.put(name, form)
         self._count("computed", len(entries))
         if self.shared is not None and loop is not None and entries:
-            values = {name: encoded(form) for name, form in entries.items()}  # here, not on the loop
-            loop.call_soon_threadsafe(self.shared.store, values)
+            shared = self.shared  # signed here, not on the loop: a form may be a megabyte
+            values = {name: shared.signed(name, encoded(form)) for name, form in entries.items()}
+            loop.call_soon_threadsafe(shared.store, values)
+
+    def failed(self, names: Sequence[str]) -> set[str]:
+        """Those of ``names`` whose job failed on its own, here or (as :meth:`found` saw) on another
+        replica, less than ``FAILED_TTL_S`` ago: not to be run again."""
+        return self.failures.known(names)
+
+    def keep_failed(self, names: Sequence[str], loop: asyncio.AbstractEventLoop | None) -> None:
+        """Remember that the jobs of ``names`` failed, here and (without waiting) in Redis."""
+        self.failures.add(names)
+        if self.shared is not None and loop is not None and names:
+            values = {name: self.shared.signed(name, FAILED) for name in names}
+            loop.call_soon_threadsafe(self.shared.store, values, FAILED_TTL_S)
 
     async def aclose(self) -> None:
         if self.shared is not None:
@@ -204,6 +313,9 @@ class FormStore:
     def _count(self, source: str, entries: int) -> None:
         if self.metrics is not None and entries:
             self.metrics.form_cache.labels(source).inc(entries)
+
+
+FAILED = b"failed\n"  # the value of a form whose job failed (never a form: those start with digits)
 
 
 def encoded(form: Form) -> bytes:

@@ -6,8 +6,9 @@ So when the client sent no key, the gateway sets one per conversation: from the 
 names (the first of :data:`SESSION_HEADERS` it sends: Claude Code's, Codex's, a generic one), else
 from the conversation's start (its system prompt and first user message), which every later request
 of the conversation repeats. Either is a MAC (keyed BLAKE2b) under a secret of the deployment (derived
-from ``master_key``), so the key tells the provider nothing it could check a guess against; every replica
-with the same config computes the same key.
+from ``deployment_secret``, else ``master_key``), so the key tells the provider nothing it could check a
+guess against; every replica with the same config computes the same key. With neither, the secret is
+this install's own, random (``gateway.core.install_secret``), never a constant anyone could compute.
 
 It promises nothing about hits: the provider may still route elsewhere (OpenAI spills a key past
 about 15 requests a minute to more machines), and two conversations that start alike and name no
@@ -19,6 +20,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from typing import Any
+
+from gateway.core.install_secret import install_secret
 
 SESSION_HEADERS = ("x-claude-code-session-id", "session_id", "session-id", "x-session-id")
 RAW_SESSION_HEADERS = tuple(name.encode() for name in SESSION_HEADERS)
@@ -41,9 +44,16 @@ def session(headers: Mapping[str, str]) -> str | None:
     return None
 
 
-def secret(master_key: str | None) -> bytes:
-    """The MAC key: the deployment's own secret when it has one (shared by its replicas)."""
-    return hashlib.blake2b(b"mixpr prompt_cache_key\0" + (master_key or "").encode(), digest_size=32).digest()
+def secret(master_key: str | None, configured: str | None = None) -> bytes:
+    """The MAC key: from the deployment's secret when the config names one (``deployment_secret``,
+    else ``master_key``: shared by its replicas), else from this install's own."""
+    if configured:
+        source = b"deployment\0" + configured.encode()
+    elif master_key:
+        source = master_key.encode()  # as before: keys stay as they were for configs with a master key
+    else:
+        source = b"install\0" + install_secret()
+    return hashlib.blake2b(b"mixpr prompt_cache_key\0" + source, digest_size=32).digest()
 
 
 def key(salt: bytes, named: str | None, messages: list[dict[str, Any]]) -> str:

@@ -58,7 +58,7 @@ class ChatService(Preparer):
         # Models whose requests get a prompt_cache_key per conversation when the client sent none.
         self.cache_keyed = {e.model_name for e in self.config.model_list
                             if general.prompt_cache_key and upstream.is_openai(e.upstream_model)}
-        self.cache_salt = cache_key.secret(general.master_key)
+        self.cache_salt = cache_key.secret(general.master_key, general.deployment_secret)
 
     async def aclose(self) -> None:
         await super().aclose()

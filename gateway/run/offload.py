@@ -30,12 +30,11 @@ LIST_KEYS = ("messages", "tools", "input", "prompt")
 THREAD_PREFIX = "mixpr-big-request"
 # Conversation builds (``gateway.compress.history``) wait on the compression pool for most of their
 # time, seconds when cold: in the threads above they would stall every big request's parsing. They
-# get their own; the compression queue already bounds how many build at once.
-BUILD_THREADS = 8
+# get their own (``Builds``).
 BUILD_PREFIX = "mixpr-build"
+SPARE_BUILD_THREADS = 2  # for builds that need no pool job, however many others wait on the pool
 
 _pool = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix=THREAD_PREFIX)
-_builds = ThreadPoolExecutor(max_workers=BUILD_THREADS, thread_name_prefix=BUILD_PREFIX)
 
 
 def items(body: dict[str, Any]) -> int:
@@ -66,11 +65,29 @@ async def run(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     return await asyncio.wrap_future(_pool.submit(fn, *args, **kwargs))
 
 
-async def build(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` in the builds' own threads: work that waits on the compression pool."""
-    return await asyncio.wrap_future(_builds.submit(fn, *args, **kwargs))
-
-
 async def inline_or_run(big: bool, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)``: in the pool when ``big``, else right here on the loop."""
     return await run(fn, *args, **kwargs) if big else fn(*args, **kwargs)
+
+
+class Builds:
+    """Threads for work that may wait on the compression pool (conversation builds), one pool of
+    them per compression queue.
+
+    A build waits on the pool only once the queue admitted its request (``gateway.run.bridge``), so
+    at most ``admitted`` builds wait there at a time; a build whose request ended may still wait
+    for the batch it had running. Twice that many threads, and ``SPARE_BUILD_THREADS`` more, so a
+    build that needs no pool job (a conversation below the trigger, remembering what was sent)
+    never queues behind builds that wait. Threads start only when needed."""
+
+    def __init__(self, admitted: int) -> None:
+        self.threads = 2 * admitted + SPARE_BUILD_THREADS
+        self._executor = ThreadPoolExecutor(max_workers=self.threads, thread_name_prefix=BUILD_PREFIX)
+
+    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in one of these threads."""
+        return await asyncio.wrap_future(self._executor.submit(fn, *args, **kwargs))
+
+    def close(self) -> None:
+        """No new work; what runs finishes on its own (a thread cannot be stopped)."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

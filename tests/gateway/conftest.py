@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +22,10 @@ from redis_server import MISSING, RedisServer, available
 
 from gateway import create_app
 from gateway.config import parse_config
+
+# A gateway without a master key keeps its install's secret under the state dir: the tests' own,
+# never the user's (gateway subprocesses inherit it).
+os.environ.setdefault("MIXPR_STATE_DIR", tempfile.mkdtemp(prefix="mixpr-test-state-"))
 
 MASTER_KEY = "sk-gateway-test"
 UPSTREAM_KEY = "sk-upstream-secret"
