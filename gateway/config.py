@@ -76,6 +76,9 @@ class Prefix(_Strict):
     # ... keeping keep_tokens plus this share of the rest.
     keep_tokens: int = Field(1000, ge=16)
     keep: float = Field(0.1, ge=0, le=1)
+    # The agent's tool-call arguments over twice this many tokens (a file it wrote, a long command)
+    # keep this many at first sight, their long strings cut and the JSON valid; 0: kept as written.
+    argument_tokens: int = Field(300, ge=0)
     # A reset cuts the older messages' long texts again, together, for the task (MixPR), to this share
     # of the room that what it cannot cut leaves (window mode; cost mode: to budget_tokens in all).
     reset_fill: float = Field(0.6, gt=0, le=1)
@@ -93,6 +96,7 @@ class PrefixOverrides(_Strict):
     min_tokens: int | None = Field(None, ge=1)
     keep_tokens: int | None = Field(None, ge=16)
     keep: float | None = Field(None, ge=0, le=1)
+    argument_tokens: int | None = Field(None, ge=0)
     reset_fill: float | None = Field(None, gt=0, le=1)
     reset_min_tokens: int | None = Field(None, ge=1)
     evidence: float | None = Field(None, ge=0, le=1)
