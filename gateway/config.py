@@ -82,6 +82,10 @@ class Prefix(_Strict):
     # A reset cuts the older messages' long texts again, together, for the task (MixPR), to this share
     # of the room that what it cannot cut leaves (window mode; cost mode: to budget_tokens in all).
     reset_fill: float = Field(0.6, gt=0, le=1)
+    # Cost mode: past the trigger, a reset is made only when what it saves in cache reads over the
+    # turns the conversation can expect (this times the turns it has had) pays for rewriting the
+    # cached prefix, priced with the model's own prices (gateway.prices); 0: only the window forces one.
+    reset_horizon: float = Field(1.0, ge=0)
     # Texts under this many tokens are never cut by a reset (never worth a placeholder).
     reset_min_tokens: int = Field(200, ge=1)
     # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.
@@ -98,6 +102,7 @@ class PrefixOverrides(_Strict):
     keep: float | None = Field(None, ge=0, le=1)
     argument_tokens: int | None = Field(None, ge=0)
     reset_fill: float | None = Field(None, gt=0, le=1)
+    reset_horizon: float | None = Field(None, ge=0)
     reset_min_tokens: int | None = Field(None, ge=1)
     evidence: float | None = Field(None, ge=0, le=1)
     breakpoint: bool | None = None

@@ -44,6 +44,7 @@ ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as wr
 # A tool output's head and tail, each: what a client's own cut keeps (Codex and mini-swe-agent keep the
 # first and last 2,000 characters of an output over 4,000), so a first-sight form is never behind it.
 EDGE_CHARS = 2000
+EDGE_SHARE = 0.9  # the head and tail take at most this share of a form's budget
 MIDDLE_MIN_TOKENS = 24  # less room than this for the middle: a marker says what was left out
 # An "output line(s)" marker of MixPR's, numbered within the middle it was given.
 _OUTPUT_LINES = re.compile(r"(\[… (?:part of )?output lines? )(\d+)(?:–(\d+))?")
@@ -199,12 +200,15 @@ def edged(text: str, asked: int, query: str, source: str | None, model: str | No
     cut keeps them (at most ``EDGE_CHARS`` each, less for a small budget), and what MixPR picks from
     the middle for ``query``, cut by content kind. So the form holds at least what head+tail would at
     its size, and the middle's best lines besides."""
-    edge = min(EDGE_CHARS, asked)  # characters a side: about a quarter of the budget each
-    head_end, tail_start = _line_after(text, edge), _line_before(text, len(text) - edge)
-    if tail_start <= head_end:  # all edges: nothing in between to choose from
+    edge = min(EDGE_CHARS, 2 * asked)  # characters a side: about half the budget each at 4 a token
+    head, middle, tail = _cut(text, edge)
+    edges = count_tokens(head, model) + count_tokens(tail, model)
+    if edges > EDGE_SHARE * asked:  # dense text (numbers, code): edges as wide as the budget allows
+        head, middle, tail = _cut(text, int(edge * EDGE_SHARE * asked / edges))
+        edges = count_tokens(head, model) + count_tokens(tail, model)
+    if not middle:  # all edges: nothing in between to choose from
         return _compressed(text, asked, query, source, model)
-    head, middle, tail = text[:head_end], text[head_end:tail_start], text[tail_start:]
-    room = asked - count_tokens(head, model) - count_tokens(tail, model)
+    room = asked - edges
     kept = _compressed(middle, room, query, source, model) if room >= MIDDLE_MIN_TOKENS else ""
     lines = head.count("\n")
     if not kept.strip():
@@ -213,6 +217,15 @@ def edged(text: str, asked: int, query: str, source: str | None, model: str | No
     elif lines:  # MixPR numbered the middle's lines from 1: the output's own numbers
         kept = _OUTPUT_LINES.sub(lambda m: _shifted(m, lines), kept)
     return head + kept + tail
+
+
+def _cut(text: str, edge: int) -> tuple[str, str, str]:
+    """``text`` as its head and tail (about ``edge`` characters each, on line ends) and what lies
+    between ("" when they meet)."""
+    head_end, tail_start = _line_after(text, edge), _line_before(text, len(text) - edge)
+    if tail_start <= head_end:
+        return text, "", ""
+    return text[:head_end], text[head_end:tail_start], text[tail_start:]
 
 
 def _shifted(match: re.Match[str], by: int) -> str:

@@ -125,7 +125,9 @@ class History:
             older_end=reach.older_end, last_end=reach.last_end, movable=plan.movable,
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
                                                                    wide),
-            snapshot_at=previous)
+            snapshot_at=previous, limit=space.limit,
+            pays=None if space.prices is None else lambda i, before, after: space.pays(reach.turns(i), before,
+                                                                                       after))
         sent = assemble(plan, scanned.levels)
         return report.outcome(plan, scanned, sent, previous, model_name, self.sent)
 
