@@ -151,8 +151,8 @@ class History:
         names = [f"{name}:{k}" for k in range(len(pool))]
         known = self.store.found(names, bridge.loop)
         if len(known) < len(names):
-            names = task.named(plan.request.messages, i)
-            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model, names)])
+            named = task.named(plan.request.messages, i)
+            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model, named)])
             if done is None:  # the pool failed it: no reset here (the request may still fit, or not)
                 plan.failed += 1
                 return {}
