@@ -16,7 +16,9 @@ index ``k`` that follows a ``tool`` or ``user`` message, the client sends ``mess
 * client-side baselines (:data:`CLIENT`), applied to the messages and then sent with no gateway:
   head+tail (each tool output over 4,000 chars keeps its first and last 2,000), masking (tool outputs
   older than the newest five become a one-line placeholder, SWE-agent's LastNObservations) and
-  ``litellm.compress()`` before each request (trigger 16k, target 8k).
+  ``litellm.compress()`` before each request (trigger 16k, target 8k);
+* oracles (``bench.agent_oracle``): client-side cuts that read the future, keeping first the lines a
+  later step uses, then head and tail, at head+tail's 4,000 characters (``oracle``) and at 2,000.
 
 Cost: ``bench.conversation``'s ``priced`` on each request's cl100k tokens (``rendered`` per message: role
 marker, then its text, then its tool calls' names and arguments), per trajectory, summed, relative to
@@ -52,7 +54,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench import agent_losses
+from bench import agent_losses, agent_oracle
 from bench.conversation import FakeUpstream, ServerThread, priced, rendered
 from bench.data import data_dir
 from bench.provenance import library_version
@@ -403,13 +405,15 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
     started = time.perf_counter()
     tokens = Tokens(price_calls)
     results = []
-    if name in CLIENT:
-        client = CLIENT[name]
-
-        def send(messages: list[Message], tools: list[dict]) -> Sent:
-            return Sent([client(messages, tools)[0]])
-
+    if name in CLIENT or name in agent_oracle.SIZES:
         for run in runs:
+            # an oracle reads the run's future (its evidence), so it is made per run
+            client = CLIENT.get(name) or agent_oracle.oracle(run.messages, run.evidence,
+                                                             agent_oracle.SIZES[name])
+
+            def send(messages: list[Message], tools: list[dict], client: Client = client) -> Sent:
+                return Sent([client(messages, tools)[0]])
+
             results.append(replay(run, send, tokens))
             _progress(name, run, results[-1], started)
     else:
@@ -421,7 +425,8 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
             for run in runs:
                 results.append(replay(run, post, tokens))
                 _progress(name, run, results[-1], started)
-    return {"setting": name, "label": LABELS.get(name, f"gateway, {name}"), "config": overlays.get(name),
+    label = LABELS.get(name) or agent_oracle.LABELS.get(name, f"gateway, {name}")
+    return {"setting": name, "label": label, "config": overlays.get(name),
             "runs": results, "seconds": time.perf_counter() - started}
 
 
@@ -592,7 +597,7 @@ def parse_set(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    default = ["none", *GATEWAY, *(n for n in CLIENT if n != "none")]
+    default = ["none", *GATEWAY, *(n for n in CLIENT if n != "none"), *agent_oracle.SIZES]
     parser.add_argument("--settings", help=f"comma-separated, in order (default: {','.join(default)}; "
                         "with --set: those too)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=JSON",
@@ -612,9 +617,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
 
     overlays = {**GATEWAY, **parse_set(args.set)}
     names = args.settings.split(",") if args.settings else default + [n for n in overlays if n not in default]
-    unknown = [n for n in names if n not in CLIENT and n not in overlays]
+    known = [*CLIENT, *agent_oracle.SIZES, *overlays]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join([*CLIENT, *overlays])}")
+        raise SystemExit(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
     runs = trajectories(args.data)
     if args.half:
         runs = half(runs, args.half)

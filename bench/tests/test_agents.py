@@ -189,3 +189,23 @@ def test_each_half_of_the_split_is_measured_alone(tmp_path: Path) -> None:
     whole = _main(data, tmp_path, "--settings", "none,mask")
     assert odd["mask"]["steps"] * 2 == whole["mask"]["steps"]
     assert [t.index for t in agents.half(agents.trajectories(data), "even")] == [0]
+
+
+def test_the_oracle_keeps_what_head_and_tail_cut_at_the_same_size(tmp_path: Path) -> None:
+    by = _main(_two_runs(tmp_path, middle=True), tmp_path, "--settings", "none,head-tail,oracle,oracle-2k")
+    assert by["head-tail"]["strict"] == 0.0 and by["oracle"]["strict"] == 1.0 == by["oracle-2k"]["strict"]
+    assert by["oracle"]["tokens_x"] == pytest.approx(by["head-tail"]["tokens_x"], abs=0.01)
+    assert by["oracle-2k"]["tokens_x"] < by["oracle"]["tokens_x"]
+
+
+def test_an_oracle_cut_is_the_used_line_then_head_and_tail_within_the_size() -> None:
+    text = "\n".join(f"{n:4d}    value_{n} = compute({n})" for n in range(400))
+    start = text.index("value_200 ")
+    spans = agents.agent_oracle.kept_spans(text, [(9, start, start + 9)], 2000)
+    line = (text.rindex("\n", 0, start) + 1, text.index("\n", start) + 1)
+    assert line in spans and spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert 1990 <= agents.agent_oracle._size(spans) <= 2000
+    assert spans[0][1] - spans[0][0] == spans[-1][1] - spans[-1][0]  # head and tail alike
+    cut = agents.agent_oracle.cut_text(text, spans)
+    assert "value_200 =" in cut and cut.count("characters omitted ...]") == 2
+    assert cut.startswith(text[:100]) and cut.endswith(text[-100:])
