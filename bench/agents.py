@@ -613,6 +613,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
     parser.add_argument("--out", type=Path, default=OUT, help="where agents.json and agents.png go")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
+    parser.add_argument("--signals", action="store_true", help="instead of the settings: which signals "
+                        "predict that a line of a long output is used later (bench.agent_signals)")
     args = parser.parse_args(argv)
 
     overlays = {**GATEWAY, **parse_set(args.set)}
@@ -628,6 +630,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         runs = quick(runs)
     if args.limit:
         runs = runs[: args.limit]
+    if args.signals:
+        from bench import agent_signals  # it imports this module
+
+        print(agent_signals.report(runs))
+        return {}
     started = time.perf_counter()
     print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
           file=sys.stderr, flush=True)

@@ -209,3 +209,25 @@ def test_an_oracle_cut_is_the_used_line_then_head_and_tail_within_the_size() -> 
     cut = agents.agent_oracle.cut_text(text, spans)
     assert "value_200 =" in cut and cut.count("characters omitted ...]") == 2
     assert cut.startswith(text[:100]) and cut.endswith(text[-100:])
+
+
+def test_the_signal_table_labels_the_line_a_later_step_uses(tmp_path: Path) -> None:
+    from bench import agent_signals
+
+    [run] = agents.trajectories(_two_runs(tmp_path))[:1]
+    lines = list(agent_signals.run_lines(run))
+    used = [x for x in lines if x.used]
+    assert len(used) == 1 and used[0].used_late and used[0].half == "even"
+    assert "position: first 2,000 chars" in used[0].signals and "tool: bash" in used[0].signals
+    assert len(lines) == 8 * 200  # every non-blank line of the eight long outputs
+    share, with_, without, lift, recall = agent_signals._stats(lines, "position: first 2,000 chars")
+    assert recall == 1.0 and without == 0.0 and lift == pytest.approx(1 / share)
+    # used at the last step, 8 steps after the output was first sent
+    assert agent_signals.recency([run])["even"]["6-10 steps"][:2] == [1, 1]
+    assert "| position: first 2,000 chars |" in agent_signals.report([run])
+
+
+def test_signals_are_printed_instead_of_the_settings(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert _main(_two_runs(tmp_path), tmp_path, "--signals") == {}
+    out = capsys.readouterr().out
+    assert "MixPR keeps it" in out and "age of the step" in out and "even: lift / recall" in out
