@@ -5,7 +5,8 @@ the whole lines holding strings a later step uses (the run's evidence entries wh
 output and whose ``origin`` is ``tool``, the earliest use first), then its head and tail, equally, until
 the kept text reaches ``size`` characters; what is left out becomes head+tail's omission marker. Cut
 once, when the output arrives (append-only, cache-stable), like head+tail, at the same size: ``oracle``
-at head+tail's 4,000 characters, ``oracle-2k`` at 2,000.
+at head+tail's 4,000 characters, ``oracle-2k`` at 2,000 (and, on request, ``oracle-1k`` and ``oracle-500``:
+where the frontier lies below those).
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 ABOVE = 4000  # outputs up to this many characters stay whole (as head+tail leaves them)
-SIZES = {"oracle": 4000, "oracle-2k": 2000}
+SIZES = {"oracle": 4000, "oracle-2k": 2000, "oracle-1k": 1000, "oracle-500": 500}
+DEFAULT = ("oracle", "oracle-2k")  # in bench.agents' default list; the smaller ones on request
 LABELS = {
     "oracle": "client oracle: outputs over 4,000 chars keep the lines later steps use, then head + tail",
     "oracle-2k": "client oracle at 2,000 chars (lines later steps use, then head + tail)",
+    "oracle-1k": "client oracle at 1,000 chars",
+    "oracle-500": "client oracle at 500 chars",
 }
 
 _NEWLINE = re.compile("\n")

@@ -597,7 +597,7 @@ def parse_set(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    default = ["none", *GATEWAY, *(n for n in CLIENT if n != "none"), *agent_oracle.SIZES]
+    default = ["none", *GATEWAY, *(n for n in CLIENT if n != "none"), *agent_oracle.DEFAULT]
     parser.add_argument("--settings", help=f"comma-separated, in order (default: {','.join(default)}; "
                         "with --set: those too)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=JSON",
