@@ -16,7 +16,9 @@ index ``k`` that follows a ``tool`` or ``user`` message, the client sends ``mess
 * client-side baselines (:data:`CLIENT`), applied to the messages and then sent with no gateway:
   head+tail (each tool output over 4,000 chars keeps its first and last 2,000), masking (tool outputs
   older than the newest five become a one-line placeholder, SWE-agent's LastNObservations) and
-  ``litellm.compress()`` before each request (trigger 16k, target 8k).
+  ``litellm.compress()`` before each request (trigger 16k, target 8k);
+* oracles (``bench.agent_oracle``): client-side cuts that read the future, keeping first the lines a
+  later step uses, then head and tail, at head+tail's 4,000 characters (``oracle``) and at 2,000.
 
 Cost: ``bench.conversation``'s ``priced`` on each request's cl100k tokens (``rendered`` per message: role
 marker, then its text, then its tool calls' names and arguments), per trajectory, summed, relative to
@@ -26,8 +28,11 @@ entry's ``text`` occurs (whitespace normalised) in what the upstream received fo
 and tool-call arguments); strict evidence: only entries with ``origin == "tool"``, not
 ``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
 pair up (``gateway.compress.messages.pairing``, the gateway's own check). Errors: answers other than
-200. Writes ``bench/out/agents.json`` and ``agents.png`` (cost against strict evidence; ``--publish``
-also copies the PNG to ``bench/plots/``).
+200. Cost with recovery and where each missed strict entry was lost (first sight, a reset, the last
+resort): ``bench.agent_losses``. A second table gives strict evidence and cost on each half of the split
+(runs at even and odd line indices of the file; ``--half`` runs one alone). Writes
+``bench/out/agents.json`` and ``agents.png`` (cost against strict evidence; ``--publish`` also copies the
+PNG to ``bench/plots/``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from typing import Any
 import httpx
 import numpy as np
 
+from bench import agent_losses, agent_oracle
 from bench.conversation import FakeUpstream, ServerThread, priced, rendered
 from bench.data import data_dir
 from bench.provenance import library_version
@@ -126,6 +132,7 @@ class Trajectory:
     messages: list[Message]
     tools: list[dict[str, Any]]
     evidence: dict[int, list[dict[str, Any]]]  # msg_index k -> the evidence entries of step k
+    index: int = 0  # its line in the file, from 0 (the halves of the split: even and odd)
 
     @property
     def steps(self) -> list[int]:
@@ -143,8 +150,13 @@ def trajectories(path: Path | None = None) -> list[Trajectory]:
             row = json.loads(line)
             evidence = {s["msg_index"]: s["evidence"] for s in row["steps"]}
             out.append(Trajectory(row["id"], row["framework"].split()[0], row["messages"],
-                                  row.get("tools") or [], evidence))
+                                  row.get("tools") or [], evidence, len(out)))
     return out
+
+
+def half(runs: list[Trajectory], which: str) -> list[Trajectory]:
+    """The runs of one half of the split: ``even`` or ``odd`` line index in the file (from 0)."""
+    return [t for t in runs if t.index % 2 == (which == "odd")]
 
 
 def quick(runs: list[Trajectory]) -> list[Trajectory]:
@@ -268,14 +280,18 @@ class Tokens:
             parts.append(self._cache[key])
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
-    def haystack(self, messages: list[Message]) -> str:
+    def texts(self, messages: list[Message]) -> list[str]:
+        """Each message's text, whitespace normalised (the same string objects across requests)."""
         texts = []
         for m in messages:
             key = self._key(m)
             if key not in self._text:
                 self._text[key] = _normal(message_text(m))
             texts.append(self._text[key])
-        return _SEPARATOR.join(texts)
+        return texts
+
+    def haystack(self, messages: list[Message]) -> str:
+        return _SEPARATOR.join(self.texts(messages))
 
 
 def is_strict(entry: dict[str, Any], k: int) -> bool:
@@ -333,30 +349,55 @@ def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent],
     tokens.clear()  # messages never recur across runs; this bounds the cache
     sent_tokens: list[np.ndarray] = []
     steps = []
+    founds: dict[int, list[bool]] = {}
+    views: dict[int, list[str] | None] = {}  # each message's text as sent at step k (the last request)
     for k in run.steps:
         sent = send(run.messages[:k], run.tools)
         entries = run.evidence.get(k, [])
         found = [False] * len(entries)
         invalid = []
+        views[k] = None
         for request in sent.requests:
             sent_tokens.append(tokens.request(request))
             invalid += shape.pairing(request)
-            haystack = tokens.haystack(request)
+            views[k] = tokens.texts(request)
+            haystack = _SEPARATOR.join(views[k])
             found = [f or _normal(e["text"]) in haystack for f, e in zip(found, entries, strict=True)]
+        founds[k] = found
         strict = [f for f, e in zip(found, entries, strict=True) if is_strict(e, k)]
         steps.append({"k": k, "requests": len(sent.requests), "evidence": [sum(found), len(found)],
                       "strict": [sum(strict), len(strict)], "invalid": invalid[:3], "status": sent.status,
                       "error": sent.error, "action": (sent.headers or {}).get("x-mixpr-action"),
-                      "reset": (sent.headers or {}).get("x-mixpr-reset") == "true"})
+                      "reset": (sent.headers or {}).get("x-mixpr-reset") == "true",
+                      "last_tokens": len(sent_tokens[-1]) if sent.requests else 0})
     costs = priced(sent_tokens)
     at = 0
     for step in steps:  # each step's own requests' prices (what the provider read from its cache)
         mine, at = costs[at : at + step["requests"]], at + step["requests"]
         for key in ("tokens", "openai_cached", "anthropic_cached"):
             step[key] = sum(c[key] for c in mine)
-    return {"id": run.id, "framework": run.framework, "steps": steps,
+    _recovered(run, steps, founds, views, tokens)
+    return {"id": run.id, "index": run.index, "framework": run.framework, "steps": steps,
             "tokens": sum(c["tokens"] for c in costs), "openai": sum(c["openai"] for c in costs),
-            "anthropic": sum(c["anthropic"] for c in costs)}
+            "anthropic": sum(c["anthropic"] for c in costs),
+            **{key: sum(s[key] for s in steps) for key in RECOVERY}}
+
+
+RECOVERY = ("recovered_tokens", "recovery_openai", "recovery_anthropic")
+
+
+def _recovered(run: Trajectory, steps: list[dict[str, Any]], founds: dict[int, list[bool]],
+               views: dict[int, list[str] | None], tokens: Tokens) -> None:
+    """Each step's cost of recovery and where its missed strict entries were lost (``bench.agent_losses``)."""
+    resets = {s["k"]: s["reset"] for s in steps}
+    where = agent_losses.losses(run.steps, run.evidence, founds, views, resets, _normal, is_strict)
+    for step in steps:
+        k = step["k"]
+        missing = [e for e, f in zip(run.evidence.get(k, []), founds[k], strict=True)
+                   if is_strict(e, k) and not f]
+        step.update(agent_losses.recovery(missing, lambda i: len(tokens.request([run.messages[i]])),
+                                          step["last_tokens"]))
+        step["lost"] = where[k]
 
 
 def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str, Any]],
@@ -364,13 +405,15 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
     started = time.perf_counter()
     tokens = Tokens(price_calls)
     results = []
-    if name in CLIENT:
-        client = CLIENT[name]
-
-        def send(messages: list[Message], tools: list[dict]) -> Sent:
-            return Sent([client(messages, tools)[0]])
-
+    if name in CLIENT or name in agent_oracle.SIZES:
         for run in runs:
+            # an oracle reads the run's future (its evidence), so it is made per run
+            client = CLIENT.get(name) or agent_oracle.oracle(run.messages, run.evidence,
+                                                             agent_oracle.SIZES[name])
+
+            def send(messages: list[Message], tools: list[dict], client: Client = client) -> Sent:
+                return Sent([client(messages, tools)[0]])
+
             results.append(replay(run, send, tokens))
             _progress(name, run, results[-1], started)
     else:
@@ -382,7 +425,8 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
             for run in runs:
                 results.append(replay(run, post, tokens))
                 _progress(name, run, results[-1], started)
-    return {"setting": name, "label": LABELS.get(name, f"gateway, {name}"), "config": overlays.get(name),
+    label = LABELS.get(name) or agent_oracle.LABELS.get(name, f"gateway, {name}")
+    return {"setting": name, "label": label, "config": overlays.get(name),
             "runs": results, "seconds": time.perf_counter() - started}
 
 
@@ -394,14 +438,22 @@ def _progress(name: str, run: Trajectory, result: dict, started: float) -> None:
 # -- the table --------------------------------------------------------------------------------
 
 
-def totals(result: dict[str, Any]) -> dict[str, Any]:
-    steps = [s for r in result["runs"] for s in r["steps"]]
+def totals(result: dict[str, Any], which: str | None = None) -> dict[str, Any]:
+    """The sums of one setting's runs (``which``: only the ``even`` or ``odd`` half of the split)."""
+    runs = [r for r in result["runs"] if which is None or r["index"] % 2 == (which == "odd")]
+    steps = [s for r in runs for s in r["steps"]]
     errors = [s for s in steps if s["status"] != 200]
+    lost = {where: sum(s["lost"][where] for s in steps) for where in agent_losses.WHERE}
     return {
         "steps": len(steps),
-        "tokens": sum(r["tokens"] for r in result["runs"]),
-        "openai": sum(r["openai"] for r in result["runs"]),
-        "anthropic": sum(r["anthropic"] for r in result["runs"]),
+        "tokens": sum(r["tokens"] for r in runs),
+        "openai": sum(r["openai"] for r in runs),
+        "anthropic": sum(r["anthropic"] for r in runs),
+        "openai_recovered": sum(r["openai"] + r["recovery_openai"] for r in runs),
+        "anthropic_recovered": sum(r["anthropic"] + r["recovery_anthropic"] for r in runs),
+        "recovered_tokens": sum(r["recovered_tokens"] for r in runs),
+        "recovery_steps": sum(s["recovered_tokens"] > 0 for s in steps),
+        "lost": lost,
         "evidence": _share(s["evidence"] for s in steps),
         "strict": _share(s["strict"] for s in steps),
         "evidence_n": sum(s["evidence"][1] for s in steps),
@@ -422,30 +474,78 @@ def _share(pairs: Iterator[list[int]]) -> float:
     return found / total if total else float("nan")
 
 
+COSTS = ("tokens", "openai", "anthropic", "openai_recovered", "anthropic_recovered")
+
+
+def _relative(by: dict[str, dict[str, Any]]) -> bool:
+    """Each setting's costs as a share of ``none``'s (``<key>_x``), when ``none`` ran."""
+    ref = by.get("none")
+    for t in by.values():
+        for key in COSTS:
+            t[f"{key}_x"] = (t[key] / ref[key] if ref[key] else float("nan")) if ref else t[key] / 1e6
+    return ref is not None
+
+
 def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]]:
     by = {r["setting"]: totals(r) for r in results}
-    ref = by.get("none")
+    ref = _relative(by)
+    unit = "" if ref else "M"
     lines = ["| setting | tokens sent | cost, OpenAI-style | Anthropic-style | evidence | strict evidence | "
-             "invalid | errors |", "|---|---|---|---|---|---|---|---|"]
+             "with recovery, OpenAI / Anthropic | invalid | errors |", "|---" * 9 + "|"]
     for r in results:
         t = by[r["setting"]]
-        if ref:
-            for key in ("tokens", "openai", "anthropic"):
-                t[f"{key}_x"] = t[key] / ref[key]
-        cells = [f"{t[f'{key}_x']:.2f}" if ref else f"{t[key] / 1e6:.2f}M"
-                 for key in ("tokens", "openai", "anthropic")]
+        cells = [f"{t[f'{key}_x']:.2f}{unit}" for key in COSTS]
         lines.append(f"| {r['label']} | {cells[0]} | {cells[1]} | {cells[2]} | {t['evidence']:.2f} | "
-                     f"{t['strict']:.2f} | {t['invalid']} | {t['errors']} |")
+                     f"{t['strict']:.2f} | {cells[3]} / {cells[4]} | {t['invalid']} | {t['errors']} |")
     n = next(iter(by.values()))
     notes = [f"\n{n['steps']} requests, {n['evidence_n']} evidence entries, {n['strict_n']} strict; "
-             + ("costs relative to no gateway" if ref else "costs in millions of tokens (no reference row)")]
+             + ("costs relative to no gateway" if ref else "costs in millions of tokens (no reference row)")
+             + "; with recovery: a step missing strict evidence re-sends the outputs that held it "
+             "(1.0 a token OpenAI-style, 1.25 Anthropic-style) and reads its prefix once more (0.1)"]
     for r in results:
         t = by[r["setting"]]
         if t["errors"]:
             notes.append(f"{r['setting']}: first error {t['first_error'][:300]}")
         if t["invalid"]:
             notes.append(f"{r['setting']}: first invalid request: {t['first_invalid']}")
-    return "\n".join(lines + notes), by
+    return "\n".join(lines + notes + ["", losses_table(results, by), "", halves_table(results)]), by
+
+
+def losses_table(results: list[dict[str, Any]], by: dict[str, dict[str, Any]]) -> str:
+    """Where the missed strict entries were lost (``bench.agent_losses``): counts, shares of all strict."""
+    lines = ["| setting | strict missed | " + " | ".join(agent_losses.WHERE) + " |",
+             "|---|---|" + "---|" * len(agent_losses.WHERE)]
+    for r in results:
+        t = by[r["setting"]]
+        n = t["strict_n"] or 1
+        missed = sum(t["lost"].values())
+        cells = [f"{t['lost'][w]} ({t['lost'][w] / n:.3f})" for w in agent_losses.WHERE]
+        lines.append(f"| {r['setting']} | {missed} ({missed / n:.3f}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + ("\n\nShares of all strict entries. first sight: the first request holding "
+                               "the message already lacked it; reset: present then, gone by the step; last "
+                               "resort: lost at first sight in a request the gateway reported a reset for "
+                               "(x-mixpr-reset), so its newest turn was cut (an upper bound).")
+
+
+def halves_table(results: list[dict[str, Any]]) -> str:
+    """Strict evidence and cost (with recovery) on each half of the split (even and odd runs)."""
+    halves = {which: {r["setting"]: totals(r, which) for r in results} for which in ("even", "odd")
+              if any(run["index"] % 2 == (which == "odd") for run in results[0]["runs"])}
+    ref = all(_relative(by) for by in halves.values())
+    lines = ["| setting | " + " | ".join(f"{w}: strict | {w}: OpenAI / Anthropic | {w}: with recovery"
+                                         for w in halves) + " |", "|---|" + "---|---|---|" * len(halves)]
+    for r in results:
+        cells = []
+        for by in halves.values():
+            t = by[r["setting"]]
+            cells += [f"{t['strict']:.2f}", f"{t['openai_x']:.2f} / {t['anthropic_x']:.2f}",
+                      f"{t['openai_recovered_x']:.2f} / {t['anthropic_recovered_x']:.2f}"]
+        lines.append(f"| {r['setting']} | " + " | ".join(cells) + " |")
+    runs = " and ".join(f"{w} ({sum(1 for r in results[0]['runs'] if r['index'] % 2 == (w == 'odd'))})"
+                        for w in halves)
+    return "\n".join(lines) + (f"\n\nHalves: runs at {runs} line indices of the file (from 0); "
+                               + ("costs relative to no gateway on the same half" if ref
+                                  else "costs in millions of tokens"))
 
 
 def plot(results: list[dict[str, Any]], by: dict[str, dict[str, Any]], path: Path) -> None:
@@ -497,13 +597,15 @@ def parse_set(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    default = ["none", *GATEWAY, *(n for n in CLIENT if n != "none")]
+    default = ["none", *GATEWAY, *(n for n in CLIENT if n != "none"), *agent_oracle.DEFAULT]
     parser.add_argument("--settings", help=f"comma-separated, in order (default: {','.join(default)}; "
                         "with --set: those too)")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=JSON",
                         help="an extra gateway setting: a config overlay, e.g. "
                         "'wide={\"model_info\": {\"max_input_tokens\": 128000}}'")
     parser.add_argument("--limit", type=int, help="only the first N runs of the file")
+    parser.add_argument("--half", choices=("even", "odd"), help="only one half of the split: the runs at "
+                        "even or odd line indices of the file (from 0)")
     parser.add_argument("--quick", action="store_true", help="the shortest run of each framework")
     parser.add_argument("--max-tokens", type=int, default=None, help="max_tokens sent to the gateway (none)")
     parser.add_argument("--content-only", action="store_true",
@@ -511,18 +613,28 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
     parser.add_argument("--out", type=Path, default=OUT, help="where agents.json and agents.png go")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
+    parser.add_argument("--signals", action="store_true", help="instead of the settings: which signals "
+                        "predict that a line of a long output is used later (bench.agent_signals)")
     args = parser.parse_args(argv)
 
     overlays = {**GATEWAY, **parse_set(args.set)}
     names = args.settings.split(",") if args.settings else default + [n for n in overlays if n not in default]
-    unknown = [n for n in names if n not in CLIENT and n not in overlays]
+    known = [*CLIENT, *agent_oracle.SIZES, *overlays]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join([*CLIENT, *overlays])}")
+        raise SystemExit(f"unknown setting(s) {', '.join(unknown)}; known: {', '.join(known)}")
     runs = trajectories(args.data)
+    if args.half:
+        runs = half(runs, args.half)
     if args.quick:
         runs = quick(runs)
     if args.limit:
         runs = runs[: args.limit]
+    if args.signals:
+        from bench import agent_signals  # it imports this module
+
+        print(agent_signals.report(runs))
+        return {}
     started = time.perf_counter()
     print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
           file=sys.stderr, flush=True)

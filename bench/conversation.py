@@ -19,7 +19,9 @@ one after the other (role markers, then text): OpenAI-style, the longest prefix 
 request is read at 0.1x once it is 1,024 tokens, in 128-token steps; Anthropic-style, a breakpoint at
 the end of every request: the longest earlier request that is a prefix of this one is read at 0.1x, the
 rest written at 1.25x (nothing is cached under 1,024 tokens). Evidence: every gold string (the contract
-clause, LoCoMo's evidence turns) occurs in the upstream request, whitespace normalised.
+clause, LoCoMo's evidence turns) occurs in the upstream request, whitespace normalised. With recovery:
+a turn whose evidence did not arrive re-sends the original part that held it (the contract; the chat
+turn), uncached, beside one more cached read of the turn (``recovery``).
 Writes bench/out/conversation.json and conversation.png (``--publish``: also bench/plots/).
 """
 
@@ -32,7 +34,7 @@ import re
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,7 @@ class Conversation:
     name: str
     requests: list[list[dict[str, Any]]]  # the client's messages, turn by turn
     evidence: list[list[str]]  # per turn: every string that must reach the upstream
+    parts: tuple[str, ...] = ()  # what a client re-sends when a turn's evidence did not arrive (recovery)
 
 
 def _rows(name: str) -> list[dict[str, Any]]:
@@ -80,7 +83,8 @@ def contracts() -> Conversation:
              for r in rows]
     picked = [asked[i % len(rows)][i // len(rows)] for i in range(TURNS)]  # round robin over contracts
     document = "\n\n".join(r["input"] for r in rows)
-    return _with_questions("contracts", [], picked, [[a] for _, a in picked], document)
+    conv = _with_questions("contracts", [], picked, [[a] for _, a in picked], document)
+    return replace(conv, parts=tuple(r["input"] for r in rows))  # a missed answer: its contract again
 
 
 def locomo(index: int = 0) -> Conversation:
@@ -89,7 +93,9 @@ def locomo(index: int = 0) -> Conversation:
     chosen = eligible[:: max(1, len(eligible) // TURNS)][:TURNS]
     picked = [(row["instructions"][i], row["outputs"][i]) for i in chosen]
     evidence = [[row["input"][s:e] for s, e in row["evidence_spans"][i]] for i in chosen]
-    return _with_questions("locomo", chat_turns(row["input"]), picked, evidence, None)
+    history = chat_turns(row["input"])
+    conv = _with_questions("locomo", history, picked, evidence, None)
+    return replace(conv, parts=tuple(m["content"] for m in history))  # a missed turn: that turn again
 
 
 def chat_turns(text: str) -> list[dict[str, Any]]:
@@ -204,9 +210,40 @@ def _normal(text: str) -> str:
 
 
 def reached(messages: list[dict[str, Any]], needed: list[str]) -> bool:
+    return not missing(messages, needed)
+
+
+def missing(messages: list[dict[str, Any]], needed: list[str]) -> list[str]:
+    """The strings of ``needed`` that did not reach the upstream in ``messages``."""
     text = _normal(json.dumps([m.get("content") for m in messages], ensure_ascii=False))
     text = _normal(json.loads(json.dumps(text)))  # escaped newlines and quotes as in the JSON body
-    return all(_normal(json.dumps(s, ensure_ascii=False)[1:-1]) in text for s in needed)
+    return [s for s in needed if _normal(json.dumps(s, ensure_ascii=False)[1:-1]) not in text]
+
+
+def holders(strings: list[str], parts: tuple[str, ...]) -> list[int]:
+    """The original parts a client re-sends for ``strings`` (each part once): the first part that holds
+    each string, or, for a string spanning parts (LoCoMo's evidence turns), the first holding each of its
+    lines."""
+    normal = [_normal(p) for p in parts]
+    found: set[int] = set()
+    for s in strings:
+        whole = any(_normal(s) in p for p in normal)
+        pieces = [s] if whole else [line for line in s.split("\n") if line.strip()]
+        for piece in pieces:
+            found.update(next(([i] for i, p in enumerate(normal) if _normal(piece) in p), []))
+    return sorted(found)
+
+
+def recovery(messages: list[dict[str, Any]], needed: list[str], parts: tuple[str, ...],
+             tokens: int) -> dict[str, float]:
+    """A turn whose evidence did not arrive: the parts that held it sent again, uncached (1.0 a token
+    OpenAI-style, 1.25 Anthropic-style: a cache write), plus one more cached read of the turn (0.1 x its
+    tokens), as ``bench.agent_losses`` prices an agent's re-run tools."""
+    lost = missing(messages, needed)
+    if not lost:
+        return {"recovery_openai": 0.0, "recovery_anthropic": 0.0}
+    resent = sum(len(rendered([{"role": "user", "content": parts[i]}])) for i in holders(lost, parts))
+    return {"recovery_openai": resent + READ * tokens, "recovery_anthropic": WRITE * resent + READ * tokens}
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -238,6 +275,7 @@ def one(http: httpx.Client, upstream: FakeUpstream, conv: Conversation, mode: st
     turns = priced([rendered(messages) for messages, _ in sent])
     for turn, (messages, headers), needed in zip(turns, sent, conv.evidence, strict=True):
         turn["evidence"] = reached(messages, needed)
+        turn.update(recovery(messages, needed, conv.parts, turn["tokens"]))
         turn["reset"] = headers.get("x-mixpr-reset") == "true"
         turn["reused"] = int(headers.get("x-mixpr-prefix-reused-tokens", 0))
     seconds = time.perf_counter() - started
@@ -249,19 +287,25 @@ def totals(result: dict) -> dict[str, float]:
     turns = result["turns"]
     return {"tokens": sum(t["tokens"] for t in turns), "openai": sum(t["openai"] for t in turns),
             "anthropic": sum(t["anthropic"] for t in turns), "evidence": sum(t["evidence"] for t in turns),
+            "openai_recovered": sum(t["openai"] + t["recovery_openai"] for t in turns),
+            "anthropic_recovered": sum(t["anthropic"] + t["recovery_anthropic"] for t in turns),
             "resets": sum(t["reset"] for t in turns), "turns": len(turns)}
 
 
 def table(results: list[dict]) -> str:
     lines = ["| conversation | mode | policy | tokens sent | OpenAI-style cost (x none, x today) | "
-             "Anthropic-style (x none, x today) | evidence | resets |", "|---|---|---|---|---|---|---|---|"]
+             "Anthropic-style (x none, x today) | evidence | with recovery, OpenAI / Anthropic (x none) | "
+             "resets |",
+             "|---|---|---|---|---|---|---|---|---|"]
     by = {(r["conversation"], r["mode"], r["policy"]): totals(r) for r in results}
     for (conv, mode, policy), t in by.items():
         none, today = by[(conv, mode, "none")], by[(conv, mode, "today")]
         cells = [f"{t[k] / 1000:.0f}k ({t[k] / none[k]:.2f}, {t[k] / today[k]:.2f})"
                  for k in ("openai", "anthropic")]
+        recovered = " / ".join(f"{t[f'{k}_recovered'] / none[f'{k}_recovered']:.2f}"
+                               for k in ("openai", "anthropic"))
         lines.append(f"| {conv} | {mode} | {policy} | {t['tokens'] / 1000:.0f}k | {cells[0]} | {cells[1]} | "
-                     f"{t['evidence']}/{t['turns']} | {t['resets']} |")
+                     f"{t['evidence']}/{t['turns']} | {recovered} | {t['resets']} |")
     return "\n".join(lines)
 
 

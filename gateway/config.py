@@ -76,9 +76,16 @@ class Prefix(_Strict):
     # ... keeping keep_tokens plus this share of the rest.
     keep_tokens: int = Field(1000, ge=16)
     keep: float = Field(0.1, ge=0, le=1)
+    # The agent's tool-call arguments over twice this many tokens (a file it wrote, a long command)
+    # keep this many at first sight, their long strings cut and the JSON valid; 0: kept as written.
+    argument_tokens: int = Field(300, ge=0)
     # A reset cuts the older messages' long texts again, together, for the task (MixPR), to this share
     # of the room that what it cannot cut leaves (window mode; cost mode: to budget_tokens in all).
     reset_fill: float = Field(0.6, gt=0, le=1)
+    # Cost mode: past the trigger, a reset is made only when what it saves in cache reads over the
+    # turns the conversation can expect (this times the turns it has had) pays for rewriting the
+    # cached prefix, priced with the model's own prices (gateway.prices); 0: only the window forces one.
+    reset_horizon: float = Field(1.0, ge=0)
     # Texts under this many tokens are never cut by a reset (never worth a placeholder).
     reset_min_tokens: int = Field(200, ge=1)
     # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.
@@ -93,7 +100,9 @@ class PrefixOverrides(_Strict):
     min_tokens: int | None = Field(None, ge=1)
     keep_tokens: int | None = Field(None, ge=16)
     keep: float | None = Field(None, ge=0, le=1)
+    argument_tokens: int | None = Field(None, ge=0)
     reset_fill: float | None = Field(None, gt=0, le=1)
+    reset_horizon: float | None = Field(None, ge=0)
     reset_min_tokens: int | None = Field(None, ge=1)
     evidence: float | None = Field(None, ge=0, le=1)
     breakpoint: bool | None = None
@@ -141,6 +150,11 @@ class ModelInfo(BaseModel):
     # The longest reply the model gives: what a max_tokens that leaves the prompt no room is lowered
     # to, at most (gateway.core.reply).
     max_output_tokens: int | None = Field(None, ge=1)
+    # The model's prices, in LiteLLM's own keys (its proxy reads the same ones), per token: what
+    # gateway.prices reads before LiteLLM's cost map.
+    input_cost_per_token: float | None = Field(None, ge=0)
+    cache_read_input_token_cost: float | None = Field(None, ge=0)
+    cache_creation_input_token_cost: float | None = Field(None, ge=0)
 
 
 class ModelEntry(_Strict):
@@ -376,9 +390,22 @@ def max_output_tokens(entry: ModelEntry) -> int | None:
 
 def _model_map(entry: ModelEntry) -> dict[str, Any]:
     """LiteLLM's model-map entry for the upstream model ({} for models it does not know)."""
+    return model_map(entry.upstream_model)
+
+
+def model_map(model: str, *, own_entry: bool = False) -> dict[str, Any]:
+    """LiteLLM's model-map entry for an upstream model name ({} for models it does not know).
+
+    ``own_entry``: {} too when LiteLLM has no entry of the model's own in its cost map and made the
+    answer up from the provider's defaults (it gives ``claude-sonnet-4-20250514``, dropped from the
+    map, a 200k window and a price of 0): right for a window, wrong for a price.
+    """
     import litellm  # heavy; only needed once per model at start-up
 
     try:
-        return dict(litellm.get_model_info(entry.upstream_model))
+        info = dict(litellm.get_model_info(model))
     except Exception:  # LiteLLM raises a bare Exception for models it does not know
         return {}
+    if own_entry and info.get("key") not in litellm.model_cost:
+        return {}
+    return info

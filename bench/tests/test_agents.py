@@ -131,3 +131,103 @@ def test_setting_overlays_go_to_the_model_or_the_top_level() -> None:
     assert config["general_settings"]["compression_executor"] == "thread"  # merged, not replaced
     with pytest.raises(SystemExit):
         agents.parse_set(["nojson"])
+
+
+def _two_runs(tmp_path: Path, middle: bool = False) -> Path:
+    """Two runs (the two halves of the split); ``middle``: the secret sits in the first output's middle."""
+    rows = []
+    for _ in range(2):
+        row = _run()
+        if middle:
+            content = row["messages"][3]["content"].replace(SECRET, "plain_name")
+            lines = content.split("\n")
+            lines[100] = f"  88    def {SECRET}(self, size):"
+            row["messages"][3]["content"] = "\n".join(lines)
+            row["steps"][0]["evidence"][0]["start"] = row["messages"][3]["content"].index(SECRET)
+        rows.append(json.dumps(row))
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def test_recovery_resends_the_output_that_held_the_missing_string(tmp_path: Path) -> None:
+    data = _two_runs(tmp_path)
+    by = _main(data, tmp_path, "--settings", "none,mask")
+    result = json.loads((tmp_path / "agents.json").read_text())["results"]
+    held = len(agents.Tokens().request([agents.trajectories(data)[0].messages[3]]))
+    assert by["none"]["recovered_tokens"] == 0 and by["none"]["openai_recovered_x"] == 1.0
+    assert by["mask"]["recovered_tokens"] == 2 * held  # one output, once, in each of the two runs
+    last = result[1]["runs"][0]["steps"][-1]
+    assert last["recovery_openai"] == pytest.approx(held + 0.1 * last["last_tokens"])
+    assert last["recovery_anthropic"] == pytest.approx(1.25 * held + 0.1 * last["last_tokens"])
+    assert by["mask"]["openai_recovered"] == pytest.approx(by["mask"]["openai"] + 2 * last["recovery_openai"])
+    assert by["mask"]["openai_recovered_x"] > by["mask"]["openai_x"]
+
+
+def test_losses_say_whether_a_string_was_cut_at_first_sight_or_later(tmp_path: Path) -> None:
+    by = _main(_two_runs(tmp_path, middle=True), tmp_path, "--settings", "none,head-tail,mask")
+    assert by["none"]["lost"] == dict.fromkeys(agents.agent_losses.WHERE, 0)
+    assert by["head-tail"]["lost"]["first sight"] == 2  # cut when it arrived, in both runs
+    assert by["mask"]["lost"]["reset"] == 2  # kept while among the newest five, masked later
+    assert by["mask"]["lost"]["first sight"] == 0
+
+
+def test_a_loss_at_first_sight_in_a_request_that_reset_is_the_last_resort() -> None:
+    entry = {"text": "x_y", "msg": 3}
+    views = {4: ["a", "b", "c", "d"], 6: ["a", "b", "c", "x_y", "e", "f"]}
+    args = ([4, 6], views)
+    assert agents.agent_losses.where_lost(entry, *args, {4: False}, agents._normal) == "first sight"
+    assert agents.agent_losses.where_lost(entry, *args, {4: True}, agents._normal) == "last resort"
+    views[4][3] = "the x_y here"
+    assert agents.agent_losses.where_lost(entry, *args, {4: False}, agents._normal) == "reset"
+    assert agents.agent_losses.where_lost(entry, [4, 6], {4: ["a"]}, {}, agents._normal) == "unaligned"
+
+
+def test_each_half_of_the_split_is_measured_alone(tmp_path: Path) -> None:
+    data = _two_runs(tmp_path)
+    odd = _main(data, tmp_path, "--settings", "none,mask", "--half", "odd")
+    whole = _main(data, tmp_path, "--settings", "none,mask")
+    assert odd["mask"]["steps"] * 2 == whole["mask"]["steps"]
+    assert [t.index for t in agents.half(agents.trajectories(data), "even")] == [0]
+
+
+def test_the_oracle_keeps_what_head_and_tail_cut_at_the_same_size(tmp_path: Path) -> None:
+    by = _main(_two_runs(tmp_path, middle=True), tmp_path, "--settings", "none,head-tail,oracle,oracle-2k")
+    assert by["head-tail"]["strict"] == 0.0 and by["oracle"]["strict"] == 1.0 == by["oracle-2k"]["strict"]
+    assert by["oracle"]["tokens_x"] == pytest.approx(by["head-tail"]["tokens_x"], abs=0.01)
+    assert by["oracle-2k"]["tokens_x"] < by["oracle"]["tokens_x"]
+
+
+def test_an_oracle_cut_is_the_used_line_then_head_and_tail_within_the_size() -> None:
+    text = "\n".join(f"{n:4d}    value_{n} = compute({n})" for n in range(400))
+    start = text.index("value_200 ")
+    spans = agents.agent_oracle.kept_spans(text, [(9, start, start + 9)], 2000)
+    line = (text.rindex("\n", 0, start) + 1, text.index("\n", start) + 1)
+    assert line in spans and spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert 1990 <= agents.agent_oracle._size(spans) <= 2000
+    assert spans[0][1] - spans[0][0] == spans[-1][1] - spans[-1][0]  # head and tail alike
+    cut = agents.agent_oracle.cut_text(text, spans)
+    assert "value_200 =" in cut and cut.count("characters omitted ...]") == 2
+    assert cut.startswith(text[:100]) and cut.endswith(text[-100:])
+
+
+def test_the_signal_table_labels_the_line_a_later_step_uses(tmp_path: Path) -> None:
+    from bench import agent_signals
+
+    [run] = agents.trajectories(_two_runs(tmp_path))[:1]
+    lines = list(agent_signals.run_lines(run))
+    used = [x for x in lines if x.used]
+    assert len(used) == 1 and used[0].used_late and used[0].half == "even"
+    assert "position: first 2,000 chars" in used[0].signals and "tool: bash" in used[0].signals
+    assert len(lines) == 8 * 200  # every non-blank line of the eight long outputs
+    share, with_, without, lift, recall = agent_signals._stats(lines, "position: first 2,000 chars")
+    assert recall == 1.0 and without == 0.0 and lift == pytest.approx(1 / share)
+    # used at the last step, 8 steps after the output was first sent
+    assert agent_signals.recency([run])["even"]["6-10 steps"][:2] == [1, 1]
+    assert "| position: first 2,000 chars |" in agent_signals.report([run])
+
+
+def test_signals_are_printed_instead_of_the_settings(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert _main(_two_runs(tmp_path), tmp_path, "--signals") == {}
+    out = capsys.readouterr().out
+    assert "MixPR keeps it" in out and "age of the step" in out and "even: lift / recall" in out

@@ -41,6 +41,13 @@ ERROR_START = re.compile(r"\A\s*(?:error\b|exception\b|traceback \(most recent c
                          r"\S+: (?:command not found|no such file or directory))", re.IGNORECASE)
 ERROR_MAX_CHARS = 20_000  # a longer output that starts with "Error" is a log like any other
 ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as written
+# A tool output's head and tail, each: what a client's own cut keeps (Codex and mini-swe-agent keep the
+# first and last 2,000 characters of an output over 4,000), so a first-sight form is never behind it.
+EDGE_CHARS = 2000
+EDGE_SHARE = 0.9  # the head and tail take at most this share of a form's budget
+MIDDLE_MIN_TOKENS = 24  # less room than this for the middle: a marker says what was left out
+# An "output line(s)" marker of MixPR's, numbered within the middle it was given.
+_OUTPUT_LINES = re.compile(r"(\[… (?:part of )?output lines? )(\d+)(?:–(\d+))?")
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,9 @@ def _own_pieces(index: int, message: dict[str, Any], task: str) -> list[Piece]:
     for number, call in enumerate(message.get("tool_calls") or ()):
         arguments = (call.get("function") or {}).get("arguments") if isinstance(call, dict) else None
         if isinstance(arguments, str) and len(arguments) > ARGUMENT_MIN_CHARS:
-            found.append(Piece(index, None, number, "assistant", arguments, task, None, False, False))
+            # Cut at first sight too (a file the agent wrote, a long command): the agent's next step
+            # reads the tool's result, not its own call again, and a later step can read the file.
+            found.append(Piece(index, None, number, "assistant", arguments, task, None, False, True))
     return found
 
 
@@ -137,6 +146,9 @@ def budget(piece: Piece, tokens: int, settings: Prefix, cap: int) -> int | None:
     first-sight form may keep (a share of the room: a small window). A user message (a task,
     instructions, a pasted document) is cut at first sight only over ``cap``: what the user wrote is
     read whole while it fits. Later cuts are a reset's (``gateway.compress.recut``)."""
+    if piece.call is not None:  # tool-call arguments: their long strings keep a fixed share
+        kept = settings.argument_tokens
+        return kept if piece.first_sight and kept and tokens > 2 * kept else None
     above = cap if piece.question else min(settings.min_tokens, cap)
     if not piece.first_sight or tokens <= above:
         return None
@@ -166,7 +178,7 @@ def form_job(piece: Piece, asked: int, model: str | None) -> tuple[str, int]:
     elif piece.question:
         form = _with_question(piece.text, asked, model)
     else:
-        form = _compressed(piece.text, asked, piece.query, piece.source, model)
+        form = edged(piece.text, asked, piece.query, piece.source, model)
     return form, count_tokens(form, model)
 
 
@@ -181,6 +193,56 @@ def placeholder(piece: Piece) -> str:
 def _compressed(text: str, asked: int, query: str, source: str | None, model: str | None) -> str:
     return mixpr.compress(text, budget_tokens=max(1, asked), kind="auto", query=query, source=source,
                           model=model).text
+
+
+def edged(text: str, asked: int, query: str, source: str | None, model: str | None) -> str:
+    """A long text's first-sight form within ``asked`` tokens: its head and tail, as a client's own
+    cut keeps them (at most ``EDGE_CHARS`` each, less for a small budget), and what MixPR picks from
+    the middle for ``query``, cut by content kind. So the form holds at least what head+tail would at
+    its size, and the middle's best lines besides."""
+    edge = min(EDGE_CHARS, 2 * asked)  # characters a side: about half the budget each at 4 a token
+    head, middle, tail = _cut(text, edge)
+    edges = count_tokens(head, model) + count_tokens(tail, model)
+    if edges > EDGE_SHARE * asked:  # dense text (numbers, code): edges as wide as the budget allows
+        head, middle, tail = _cut(text, int(edge * EDGE_SHARE * asked / edges))
+        edges = count_tokens(head, model) + count_tokens(tail, model)
+    if not middle:  # all edges: nothing in between to choose from
+        return _compressed(text, asked, query, source, model)
+    room = asked - edges
+    kept = _compressed(middle, room, query, source, model) if room >= MIDDLE_MIN_TOKENS else ""
+    lines = head.count("\n")
+    if not kept.strip():
+        last = lines + middle.count("\n") + (not middle.endswith("\n"))
+        kept = f"[… output lines {lines + 1}–{last} omitted …]\n"
+    elif lines:  # MixPR numbered the middle's lines from 1: the output's own numbers
+        kept = _OUTPUT_LINES.sub(lambda m: _shifted(m, lines), kept)
+    return head + kept + tail
+
+
+def _cut(text: str, edge: int) -> tuple[str, str, str]:
+    """``text`` as its head and tail (about ``edge`` characters each, on line ends) and what lies
+    between ("" when they meet)."""
+    head_end, tail_start = _line_after(text, edge), _line_before(text, len(text) - edge)
+    if tail_start <= head_end:
+        return text, "", ""
+    return text[:head_end], text[head_end:tail_start], text[tail_start:]
+
+
+def _shifted(match: re.Match[str], by: int) -> str:
+    first = f"{match.group(1)}{int(match.group(2)) + by}"
+    return f"{first}–{int(match.group(3)) + by}" if match.group(3) else first
+
+
+def _line_after(text: str, at: int) -> int:
+    """The end of the line ``at`` falls in (after its newline), if that line is short; else ``at``."""
+    end = text.find("\n", at, at + 200)
+    return at if end < 0 or at <= 0 else end + 1
+
+
+def _line_before(text: str, at: int) -> int:
+    """The start of the line after ``at``, if near; else ``at``."""
+    start = text.find("\n", at, at + 200)
+    return at if start < 0 else start + 1
 
 
 def _with_question(text: str, asked: int, model: str | None) -> str:
@@ -214,8 +276,8 @@ def _arguments(arguments: str, asked: int, query: str, model: str | None) -> str
         return arguments
     total = max(1, count_tokens(arguments, model))
     try:
-        shrunk = _strings(parsed, lambda s: _compressed(s, max(1, asked * count_tokens(s, model) // total),
-                                                       query, None, model))
+        shrunk = _strings(parsed, lambda s: edged(s, max(1, asked * count_tokens(s, model) // total),
+                                                  query, None, model))
         return json.dumps(shrunk, ensure_ascii=False)
     except RecursionError:  # parsed, but nested too deep to walk (and write) again: kept as written
         return arguments

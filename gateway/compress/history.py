@@ -126,7 +126,9 @@ class History:
             movable=lambda i, end, levels, wide: plan.movable(end, levels, wide, reach.user(i)),
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
                                                                    wide, reach.user(i)),
-            snapshot_at=previous)
+            snapshot_at=previous, limit=space.limit,
+            pays=None if space.prices is None else lambda i, before, after: space.pays(reach.turns(i), before,
+                                                                                       after))
         sent = assemble(plan, scanned.levels)
         return report.outcome(plan, scanned, sent, previous, model_name, self.sent)
 
@@ -153,7 +155,8 @@ class History:
             if self.store.failed(names[:1]):  # it failed before: no reset here, as then
                 plan.failed += 1
                 return {}
-            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model)],
+            named = task.named(plan.request.messages, i)
+            [done] = bridge.map(recut.recut_job, [(pool, query, budget, plan.request.target.model, named)],
                                 failed=lambda *_: self.store.keep_failed(names[:1], bridge.loop))
             if done is None:  # the pool failed it: no reset here (the request may still fit, or not)
                 plan.failed += 1

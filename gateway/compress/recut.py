@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mixpr
-from gateway.compress import forms
+from gateway.compress import forms, task
 from mixpr.tokens import count_tokens
 
 PLACEHOLDER_TOKENS = 28  # what a placeholder costs: set aside from the budget for each piece
@@ -33,22 +33,44 @@ def key(pieces: list[forms.Piece], query: str, budget: int, salt: str) -> str:
     return "r" + digest.hexdigest()
 
 
-def recut_job(pieces: list[forms.Piece], query: str, budget: int,
-              model: str | None) -> list[tuple[str, int]]:
-    """In a worker: each piece's text after the cut, and its tokens."""
+def recut_job(pieces: list[forms.Piece], query: str, budget: int, model: str | None,
+              names: frozenset[str] = frozenset()) -> list[tuple[str, int]]:
+    """In a worker: each piece's text after the cut, and its tokens. The outputs of calls that name
+    what the user named (``names``: a file, a path, an identifier) are cut first, with the whole
+    budget: the others share what they leave, so a look-alike output never keeps text while the
+    one the task names becomes a placeholder."""
     split = [_parts(p) for p in pieces]
     # The questions the cut keeps whole are paid from its budget too (they overran it, ~500 each).
     asked = budget - PLACEHOLDER_TOKENS * len(pieces) - sum(count_tokens(s.after, model) for s in split)
     if asked < 1:  # nothing kept but what is never cut: a user message's question
         return [_kept(p, parts, [""] * len(parts.texts), model) if p.question else _placeholder(p, model)
                 for p, parts in zip(pieces, split, strict=True)]
+    first = [k for k, piece in enumerate(pieces) if names and _names_it(piece, names)]
+    rest = [k for k in range(len(pieces)) if k not in set(first)]
+    kept: dict[int, list[str]] = {}
+    for group in (first, rest):
+        kept |= _ranked([pieces[k] for k in group], [split[k] for k in group], query, asked, model,
+                        offset=group)
+        asked = max(1, asked - sum(count_tokens(text, model) for k in group for text in kept[k]))
+    return [_kept(piece, parts, kept[k], model)
+            for k, (piece, parts) in enumerate(zip(pieces, split, strict=True))]
+
+
+def _ranked(pieces: list[forms.Piece], split: list[_Parts], query: str, asked: int, model: str | None,
+            offset: list[int]) -> dict[int, list[str]]:
+    """One MixPR run over ``pieces``' parts within ``asked`` tokens: what each part kept, by the
+    piece's index in ``offset``."""
     texts = [text for parts in split for text in parts.texts]
     titles = [piece.title for piece, parts in zip(pieces, split, strict=True) for _ in parts.texts]
     ends = list(itertools.accumulate(len(text) for text in texts))
     kept = iter(mixpr.compress("".join(texts), budget_tokens=asked, kind="auto", query=query, model=model,
                                parts=list(zip(ends, titles, strict=True))).parts if texts else [])
-    return [_kept(piece, parts, [next(kept) for _ in parts.texts], model)
-            for piece, parts in zip(pieces, split, strict=True)]
+    return {k: [next(kept) for _ in parts.texts] for k, parts in zip(offset, split, strict=True)}
+
+
+def _names_it(piece: forms.Piece, names: frozenset[str]) -> bool:
+    """Whether the call that produced ``piece`` names one of ``names`` (as a whole word)."""
+    return not names.isdisjoint(task.words(f"{piece.title} {piece.source or ''}"))
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ tool loop.
 from __future__ import annotations
 
 import bisect
+import functools
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +36,10 @@ FIT_TRIES = 3  # a cut that must fit the room is asked again for less at most th
 Movable = Callable[[int, int, Sequence[Level], bool], int]
 # A reset at ``i`` over ``[0, end)`` within ``budget`` tokens: the new size of each message it cut.
 Recut = Callable[[int, int, int, Sequence[Level], bool], dict[int, int]]
+# Whether a reset at ``i`` that brings the total from ``before`` to about ``after`` pays for its cache
+# write over the turns the conversation can expect (cost mode); None: the room forces every reset.
+Pays = Callable[[int, int, int], bool]
+RECONSIDER = 1.1  # a reset that did not pay is weighed again once the total has grown by this factor
 
 
 @dataclass
@@ -59,16 +65,19 @@ class Sizes:
 
 def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
          older_end: Callable[[int], int], last_end: Callable[[int], int], movable: Movable,
-         recut: Recut, snapshot_at: int = -1) -> Scan:
-    """Levels for every message, within ``room`` if resets can make it fit. ``older_end(i)``: a reset
-    at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it (``fixed``: the tokens it
-    cannot cut); when that is not enough, ``[0, last_end(i))`` (the newest turn too) only as far as
-    the room needs, and when even that is not enough, short texts too (a window that small, or a
-    long chat of short lines, leaves no choice), to the same share and at most the room."""
+         recut: Recut, snapshot_at: int = -1, limit: int | None = None, pays: Pays | None = None) -> Scan:
+    """Levels for every message, within ``limit`` (default ``room``) if resets can make it fit.
+    Past ``room``, a reset at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it
+    (``fixed``: the tokens it cannot cut), if it ``pays`` (always while over ``limit``); when that is
+    not enough to fit ``limit``, ``[0, last_end(i))`` (the newest turn too) only as far as it needs,
+    and when even that is not enough, short texts too (a window that small, or a long chat of short
+    lines, leaves no choice), to the same share and at most the limit."""
+    limit = room if limit is None else limit
     result = Scan(total=constant)
     current: list[int] = []
     formed: list[int] = []  # first-sight sizes of every message, once needed
     switched = not sizes.verbatim_first
+    weighed = 0  # the total at which a reset last did not pay
     for i, original in enumerate(sizes.original):
         if switched:
             formed = formed or list(sizes.first_sight())
@@ -82,11 +91,15 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
             if not switched:
                 switched, formed = True, list(sizes.first_sight())
                 _switch(result, current, formed, i)
-            _reset(result, current, i, older_end(i), share, movable, recut)
-        if result.total > room:  # the newest turn too, cut only as far as the room needs
-            _reset(result, current, i, last_end(i), lambda fixed: room - fixed, movable, recut, room)
-        if result.total > room:  # still over (a long chat of short lines): short texts too
-            _reset(result, current, i, last_end(i), share, movable, recut, room, wide=True)
+            forced = pays is None or result.total > limit
+            if forced or result.total > weighed * RECONSIDER:
+                if not _reset(result, current, i, older_end(i), share, movable, recut,
+                              pays=None if forced else functools.partial(pays, i)):
+                    weighed = result.total
+        if result.total > limit:  # the newest turn too, cut only as far as the limit needs
+            _reset(result, current, i, last_end(i), lambda fixed: limit - fixed, movable, recut, limit)
+        if result.total > limit:  # still over (a long chat of short lines): short texts too
+            _reset(result, current, i, last_end(i), share, movable, recut, limit, wide=True)
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
@@ -105,16 +118,20 @@ def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None
 
 
 def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[int], int],
-           movable: Movable, recut: Recut, room: int | None = None, *, wide: bool = False) -> None:
+           movable: Movable, recut: Recut, room: int | None = None, *, wide: bool = False,
+           pays: Callable[[int, int], bool] | None = None) -> bool:
     """Cut ``[0, end)`` again, once, within what ``share`` leaves it; not a reset when that saves
-    nothing. With ``room``: the cut must fit it, so a cut that comes out larger than asked (its
-    markers and placeholders are counted after the fact) is asked again for less."""
+    nothing, or when ``pays`` (given the total before and about after) says it would not pay. With
+    ``room``: the cut must fit it, so a cut that comes out larger than asked (its markers and
+    placeholders are counted after the fact) is asked again for less. Whether it reset."""
     if end <= 0:
-        return
+        return False
     pool = movable(i, end, result.levels, wide)
     budget = max(0, share(result.total - pool))
     if pool <= budget:
-        return
+        return False
+    if pays is not None and not pays(result.total, result.total - pool + budget):
+        return False
     for _ in range(FIT_TRIES if room is not None else 1):
         sizes = recut(i, end, budget, result.levels, wide)
         saved = sum(current[j] - size for j, size in sizes.items())
@@ -123,12 +140,13 @@ def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[
             break
         budget = max(0, budget - over - over // 8)
     if saved <= 0:
-        return  # nothing to gain: not a reset (it would change bytes for nothing)
+        return False  # nothing to gain: not a reset (it would change bytes for nothing)
     for j, size in sizes.items():
         result.levels[j], current[j] = (i, end), size
     result.total -= saved
     if not result.points or result.points[-1] != i:
         result.points.append(i)
+    return True
 
 
 # -- what a reset may touch --------------------------------------------------------------------
@@ -151,6 +169,7 @@ class Reach:
         roles = [m.get("role") for m in messages]
         self._user = _last(roles, "user")
         self._assistant = _last(roles, "assistant")
+        self._turns = list(itertools.accumulate(role == "assistant" for role in roles))
         self._roles = roles
         thinking = [i for i, m in enumerate(messages) if roles[i] == "assistant" and shape.thinks(m)]
         self._thinking = [bisect.bisect_left(thinking, j) for j in range(len(messages))]
@@ -173,6 +192,10 @@ class Reach:
         it (its first-sight form already keeps at most the cap, with its question), so the user's
         task is never a placeholder. -1 if there is none."""
         return self._user[i] if self._roles[self._user[i]] == "user" else -1
+
+    def turns(self, i: int) -> int:
+        """Turns answered up to ``i``: assistant messages, one per earlier request."""
+        return self._turns[i]
 
     def last_end(self, i: int) -> int:
         """What a reset at ``i`` hardens when the older part is not enough: everything up to ``i`` but

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gateway.compress import policy
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
+from gateway.prices import Prices, prices_for
 
 CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
 
@@ -27,6 +28,21 @@ class Room:
     after: int | None
     fill: float
     cap: int
+    limit: int = 0  # what must fit whatever it costs: the window less the reply (counted tokens)
+    prices: Prices | None = None  # cost mode: a reset past ``at`` is made only when it pays
+    horizon: float = 1.0  # the turns a conversation can expect: this times the turns it has had
+
+    def pays(self, turns: int, before: int, after: int) -> bool:
+        """Whether a reset that brings ``before`` prompt tokens to ``after``, after ``turns`` turns,
+        pays: the next request writes ``after`` tokens to the cache where it would have read
+        ``before``, and each turn after it reads ``after`` where it would have read ``before``. The
+        conversation is expected to go on for ``horizon`` times the turns it has had (the longer it
+        has run, the longer it tends to run)."""
+        if self.prices is None:
+            return True
+        read, write = self.prices.cache_read, self.prices.cache_write
+        later = self.horizon * turns
+        return later * read * (before - after) > write * after - read * before
 
     def share(self, fixed: int) -> int:
         """What a reset leaves the text it may cut, given the ``fixed`` tokens it cannot."""
@@ -48,5 +64,9 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
         # A first-sight form keeps what the budget keeps: a pasted document's form is then what its
         # question was sent with when it came alone (compressed whole, to the budget).
         cap = target.counted(min(int(asked), top))
-        return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE))
-    return Room(target.counted(top), None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE))
+        if control.enabled is True:  # asked for by the request: the budget is a bound, not a price
+            return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE), target.counted(top))
+        return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE),
+                    target.counted(target.limit), prices_for(target.model), settings.prefix.reset_horizon)
+    limit = target.counted(top)
+    return Room(limit, None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE), limit)

@@ -26,6 +26,13 @@ BOILERPLATE = re.compile(r"<(environment_context|system-reminder|INSTRUCTIONS|us
 INSTRUCTIONS = re.compile(r"\A\s*# AGENTS\.md instructions for ")
 LONG_CHARS = 16_000  # a user message longer than this (a pasted document) counts by its question
 RECENT = 2  # the agent's latest assistant messages: what it is doing now
+# What a user names that a tool call can name too: a file (``f3.txt``, ``src/parser.py``), a path, an
+# identifier with an underscore, a dot or inner capitals (``parse_value``, ``Table.join``, ``readCsv``).
+# Words are split first and each is matched whole: linear in the text, whatever it holds.
+_WORDS = re.compile(r"[^\s,;:()\[\]{}<>\"'`*!?=]+")
+_FILE = re.compile(r"[\w./-]*\w\.[A-Za-z]\w{0,9}")
+_IDENTIFIER = re.compile(r"[A-Za-z]\w*(?:_\w*|[a-z][A-Z]\w*)")
+NAMED_MIN_CHARS = 4
 
 
 def query(messages: Sequence[dict[str, Any]], i: int) -> str:
@@ -34,6 +41,26 @@ def query(messages: Sequence[dict[str, Any]], i: int) -> str:
     said = [user_words(m) for m in messages[: i + 1] if m.get("role") == "user"]
     agent = [agent_words(m) for m in messages[: i + 1] if m.get("role") == "assistant"][-RECENT:]
     return "\n\n".join(text for text in [*said, *agent] if text)
+
+
+def named(messages: Sequence[dict[str, Any]], i: int) -> frozenset[str]:
+    """The files, paths and identifiers the user's own words name up to ``i`` (a path by its file
+    name too: a tool call may give it whole or from another folder)."""
+    found: set[str] = set()
+    for message in messages[: i + 1]:
+        if message.get("role") == "user":
+            found |= {n for n in words(user_words(message))
+                      if _FILE.fullmatch(n) or "/" in n or _IDENTIFIER.fullmatch(n)}
+    return frozenset(found)
+
+
+def words(text: str) -> set[str]:
+    """Every word of ``text`` that could be a name, and of a path its file name too."""
+    found: set[str] = set()
+    for word in _WORDS.findall(text):
+        name = word.strip(".-/")
+        found |= {n for n in (name, name.rsplit("/", 1)[-1]) if len(n) >= NAMED_MIN_CHARS}
+    return found
 
 
 def user_words(message: dict[str, Any]) -> str:

@@ -69,7 +69,7 @@ def test_arguments_are_compressed_as_json_strings() -> None:
         {"role": "tool", "tool_call_id": "c", "content": "ok"},
     ]
     [piece] = [p for p in forms.pieces(messages) if p.call is not None]
-    assert not piece.first_sight  # only resets touch the agent's own arguments
+    assert piece.first_sight  # cut when first seen when long (argument_tokens), and by resets
     form, tokens = forms.form_job(piece, 100, None)
     parsed = json.loads(form)
     assert parsed["path"] == "a.py" and len(parsed["file_text"]) < len(long) / 4 and tokens < 200
@@ -133,3 +133,36 @@ def test_a_reset_cuts_arguments_as_json_and_keeps_a_question_whole() -> None:
     assert parsed["path"] == "a.py" and len(parsed["file_text"]) < len(long) / 2
     assert kept.endswith("What does line 7 compute?") and "compute_7(x)" in kept
     assert dropped == forms.placeholder(noise)
+
+
+def test_a_first_sight_form_keeps_what_a_clients_head_and_tail_cut_keeps_and_the_middles_best() -> None:
+    """Never behind the cut a client makes alone (the first and last 2,000 characters): the form holds
+    both ends, and of the middle the lines the call asks about, numbered as the output's own."""
+    lines = [f"{i:5} ok  test_case_{i} passed in 0.0{i % 10}s" for i in range(600)]
+    lines[300] = "  300 FAILED test_parser_trailing_comma - AssertionError: expected ',' got EOF"
+    output = "\n".join(lines)
+    form = forms.edged(output, 2000, "pytest tests/ -k trailing_comma FAILED", None, None)
+    assert form.startswith(output[:1900]) and form.endswith(output[-1900:])
+    assert lines[300] in form
+    head_lines = form[: form.index("[…")].count("\n")
+    marker = form[form.index("[…"):]
+    assert marker.startswith(f"[… output lines {head_lines + 1}–")  # the output's own numbers
+    assert len(form) < len(output) / 3
+
+
+def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:
+    long = "\n".join(f"line {i}: value = compute_{i}(x)" for i in range(300))
+    call = {"id": "c", "type": "function",
+            "function": {"name": "write", "arguments": json.dumps({"path": "a.py", "file_text": long})}}
+    messages = [
+        {"role": "user", "content": TASK},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+    ]
+    [piece] = [p for p in forms.pieces(messages) if p.call is not None]
+    asked = forms.budget(piece, 3000, forms.Prefix(), cap=8000)
+    assert asked == forms.Prefix().argument_tokens
+    assert forms.budget(piece, 3000, forms.Prefix(argument_tokens=0), cap=8000) is None
+    parsed = json.loads(forms.form_job(piece, asked, None)[0])
+    kept = parsed["file_text"]
+    assert kept.startswith(long[:250]) and kept.endswith(long[-250:]) and len(kept) < len(long) / 4

@@ -40,3 +40,43 @@ def test_the_scan_is_causal() -> None:
         for k in range(1, len(sizes)):
             assert run(k, verbatim).points == [p for p in full.points if p < k]
             assert run(k, verbatim).levels == run(len(sizes), verbatim, k - 1).snapshot
+
+
+def test_a_reset_that_does_not_pay_waits_and_the_window_still_forces_one() -> None:
+    """Cost mode: past the trigger a reset is made only when it pays; past the window, always."""
+    sizes = [100] + [500] * 30
+
+    def recut(i: int, end: int, budget: int, levels: Any, wide: bool) -> dict[int, int]:
+        return {j: budget // max(1, end - 1) for j in range(1, end)}
+
+    def run(pays: Any, limit: int) -> resets.Scan:
+        return resets.scan(
+            resets.Sizes(sizes, lambda: sizes, False), 0, room=2000,
+            share=lambda fixed: 1000 - fixed, older_end=lambda i: i, last_end=lambda i: i,
+            movable=lambda i, end, levels, wide: sum(sizes[1:end]) if all(
+                level == resets.FIRST_SIGHT for level in levels[1:end]) else 900,
+            recut=recut, limit=limit, pays=pays)
+
+    asked: list[int] = []
+    never = run(lambda i, before, after: asked.append(i) is not None, limit=100_000)
+    assert not never.points and never.total == sum(sizes)
+    assert len(asked) < 20  # weighed again only as the total grows, not at every message
+    forced = run(lambda i, before, after: False, limit=6000)
+    assert forced.points and forced.total <= 6000
+    always = run(lambda i, before, after: True, limit=100_000)
+    assert always.points[0] == 4  # the first message past the trigger
+
+
+def test_a_reset_pays_by_the_models_cache_prices() -> None:
+    from gateway.compress.room import Room
+    from gateway.prices import Prices
+
+    anthropic = Room(16_000, 8_000, 0.6, 8_000, 1_000_000, Prices(1.0, 0.1, 1.25, "default"), 1.0)
+    # 60k of cached prefix cut to 8k: each later turn reads 52k fewer (5.2 a turn), the rewrite costs
+    # 1.25 * 8k - 0.1 * 60k = 4: it pays after one turn of the conversation's expected future.
+    assert anthropic.pays(turns=10, before=60_000, after=8_000)
+    assert not anthropic.pays(turns=0, before=60_000, after=8_000)
+    # 18k cut to 12k after 5 turns: 5 * 0.6 = 3 < 1.25 * 12k - 1.8k = 13.2: it does not pay.
+    assert not anthropic.pays(turns=5, before=18_000, after=12_000)
+    window = Room(16_000, None, 0.6, 9_600, 16_000)
+    assert window.pays(turns=0, before=18_000, after=12_000)  # no prices: the window decides
