@@ -28,6 +28,7 @@ import codeword_task
 import pytest
 from agent_clients import (
     CLAUDE_CODE,
+    CLIENT_TIMEOUT_S,
     FILES,
     WINDOW,
     Run,
@@ -67,7 +68,7 @@ def _run(prompt: str, url: str, cwd: Path, home: Path, *tools: str) -> subproces
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
     limits = ["--tools", ",".join(tools), "--allowedTools", ",".join(tools)] if tools else []
     return subprocess.run([str(CLAUDE_CODE.executable()), "-p", prompt, "--model", MODEL, *limits],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
 
 
 def _blocks(request: Seen) -> list[dict]:

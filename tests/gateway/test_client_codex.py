@@ -20,6 +20,7 @@ from pathlib import Path
 import codeword_task
 import pytest
 from agent_clients import (
+    CLIENT_TIMEOUT_S,
     CODEX,
     FILES,
     WINDOW,
@@ -47,7 +48,7 @@ def _run(prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedPr
            "MIXPR_KEY": MASTER_KEY}
     return subprocess.run([str(CODEX.executable()), "exec", "--skip-git-repo-check",
                            "--dangerously-bypass-approvals-and-sandbox", prompt],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

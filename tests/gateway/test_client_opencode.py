@@ -22,6 +22,7 @@ from pathlib import Path
 import codeword_task
 import pytest
 from agent_clients import (
+    CLIENT_TIMEOUT_S,
     FILES,
     OPENCODE,
     WINDOW,
@@ -54,7 +55,7 @@ def _run(prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedPr
            "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
            "OPENCODE_DISABLE_MODELS_FETCH": "1"}
     return subprocess.run([str(OPENCODE.executable()), "run", prompt], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")

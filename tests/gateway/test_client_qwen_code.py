@@ -21,6 +21,7 @@ from pathlib import Path
 import codeword_task
 import pytest
 from agent_clients import (
+    CLIENT_TIMEOUT_S,
     FILES,
     QWEN_CODE,
     WINDOW,
@@ -41,7 +42,7 @@ def _run(prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedPr
            "OPENAI_API_KEY": MASTER_KEY, "OPENAI_MODEL": MODEL, "QWEN_USAGE_STATISTICS_ENABLED": "0",
            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
     return subprocess.run([str(QWEN_CODE.executable()), "--yolo", prompt], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
