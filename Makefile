@@ -27,7 +27,7 @@ INSTALL := $(BIN)/uv pip install --python $(BIN)/python --constraint $(LOCK)
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test fuzz lint hadolint k8s-check install install-test lock clean
+.PHONY: run test fuzz clients lint hadolint k8s-check install install-test lock clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -53,6 +53,14 @@ test: $(VENV)/.installed-test
 fuzz: $(VENV)/.installed-test
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -n 0 -p no:randomly tests/gateway/compress/test_properties.py \
 		--hypothesis-show-statistics
+
+# The agent clients' end-to-end tests (tests/gateway/test_client_*.py, docs/clients.md) with the newest
+# release of every npm client (npm's `latest` tag; `make test` runs the pinned ones), each installed
+# once into .venv/<client>-newest (the pinned folder when it is the same version). mini-swe-agent
+# comes from PyPI at its locked version.
+clients: $(VENV)/.installed-test
+	MIXPR_CLIENTS=newest $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 \
+		tests/gateway/test_client_*.py
 
 hadolint: $(VENV)/.installed-test
 	$(BIN)/hadolint Dockerfile

@@ -1,8 +1,10 @@
-"""A scripted OpenAI chat upstream on 127.0.0.1 that plays an agent reading files (for Codex CLI).
+"""A scripted OpenAI chat upstream on 127.0.0.1 that plays an agent reading files (for Codex, OpenCode
+and Qwen Code).
 
 While fewer than ``len(files)`` of its own calls (ids ``call_read_<n>``) have a tool message in the
-conversation, it calls the client's shell tool (``exec_command``, ``shell`` or ``shell_command``) to
-``cat`` the next file; then it answers :data:`FINAL` and every ``CODE-<n>-...`` it can still see.
+conversation, it calls the client's shell tool (``exec_command``, ``shell``, ``shell_command``; OpenCode's
+``bash``; Qwen Code's ``run_shell_command``) to ``cat`` the next file; then it answers :data:`FINAL`
+and every ``CODE-<n>-...`` it can still see.
 Streamed (chat chunks, usage last) or not, as asked; every request body is kept in ``requests``.
 """
 
@@ -21,7 +23,10 @@ CODE = re.compile(r"CODE-\d+-[a-z]+")
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 SHELLS = {"exec_command": lambda path: {"cmd": f"cat {path}"},
           "shell": lambda path: {"command": ["cat", path]},
-          "shell_command": lambda path: {"command": f"cat {path}"}}
+          "shell_command": lambda path: {"command": f"cat {path}"},
+          "bash": lambda path: {"command": f"cat {path}", "description": "Print the file"},  # OpenCode
+          "run_shell_command": lambda path: {"command": f"cat {path}",  # Qwen Code
+                                             "description": "Print the file"}}
 
 
 class FakeChatAgent:
