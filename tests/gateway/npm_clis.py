@@ -3,12 +3,16 @@
 
 ``<ENV>`` (e.g. ``CLAUDE_CODE_BIN``) names an executable to use instead of the pinned one. A test
 skips only when node or npm is missing, or, for the newest release, when the registry cannot be
-reached; a failed install fails it (with npm's output). Tests that install share the ``npm`` xdist
-group (``XDIST_GROUP``): two installs into one folder at once would break both.
+reached; a failed install fails it (with npm's output). Two installs into one folder at once would
+break both, so each install holds a lock on its folder (``<folder>.lock``): across pytest-xdist
+workers and across test runs alike. (This replaced ``xdist_group`` marks, which ``--dist loadfile``
+ignores.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -19,7 +23,6 @@ import pytest
 from corpus import filler
 
 VENV = Path(__file__).resolve().parents[2] / ".venv"
-XDIST_GROUP = "npm"
 CLAUDE_CODE = ("@anthropic-ai/claude-code", "2.1.332")  # the newest release when issue 28 was filed
 CODEX = ("@openai/codex", "0.169.0")
 REGISTRY_TIMEOUT_S = 60
@@ -33,17 +36,27 @@ def installed(package: str, version: str, binary: str, *, env: str | None, home:
     _need_npm(package, env)
     prefix = VENV / home
     manifest = prefix / "node_modules" / package / "package.json"
-    if not manifest.exists() or json.loads(manifest.read_text())["version"] != version:
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
-                               f"{package}@{version}"], capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            pytest.fail(f"npm install {package}@{version} failed:\n{done.stderr[-2000:]}")
-    script = manifest.parent / "install.cjs"
     path = prefix / "node_modules" / ".bin" / binary
-    # Claude Code's native binary is put in place by its install script, which npm may not run.
-    if script.exists() and path.resolve().stat().st_size < 1_000_000:
-        subprocess.run(["node", str(script)], check=True, capture_output=True, timeout=120)
+    with _locked(prefix):
+        if not manifest.exists() or json.loads(manifest.read_text())["version"] != version:
+            done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                                   f"{package}@{version}"], capture_output=True, text=True, timeout=600)
+            if done.returncode:
+                pytest.fail(f"npm install {package}@{version} failed:\n{done.stderr[-2000:]}")
+        script = manifest.parent / "install.cjs"
+        # Claude Code's native binary is put in place by its install script, which npm may not run.
+        if script.exists() and path.resolve().stat().st_size < 1_000_000:
+            subprocess.run(["node", str(script)], check=True, capture_output=True, timeout=120)
     return path
+
+
+@contextlib.contextmanager
+def _locked(prefix: Path):
+    """``prefix``'s install lock, held until the block ends (released by the OS if the process dies)."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_name(prefix.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def newest(package: str) -> str:

@@ -29,12 +29,10 @@ import httpx
 import pytest
 from conftest import UPSTREAM_KEY, ServerThread
 from fake_anthropic import FINAL_TEXT, READ_ID, FakeAnthropic, Seen
-from npm_clis import CLAUDE_CODE, XDIST_GROUP, installed, newest, write_project
+from npm_clis import CLAUDE_CODE, installed, newest, write_project
 
 from gateway import create_app
 from gateway.config import parse_config
-
-pytestmark = pytest.mark.xdist_group(XDIST_GROUP)
 
 FILES = 15
 WINDOW = 32_768

@@ -26,12 +26,10 @@ import httpx
 import pytest
 from conftest import MASTER_KEY, ServerThread
 from fake_chat_agent import CALL_ID, FINAL, FakeChatAgent
-from npm_clis import CODEX, XDIST_GROUP, installed, newest, write_project
+from npm_clis import CODEX, installed, newest, write_project
 
 from gateway import create_app
 from gateway.config import parse_config
-
-pytestmark = pytest.mark.xdist_group(XDIST_GROUP)
 
 FILES = 15
 WINDOW = 32_768
