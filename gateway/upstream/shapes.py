@@ -8,9 +8,10 @@ stays as the upstream sent it (spacing, number forms, escapes).
 
 The path of keys to the field, per shape:
 
-* a chat.completion, each chat.completion.chunk, an Anthropic message, a Responses object: ``model``;
-* Anthropic's ``message_start`` event: ``message.model`` (its other events name no model);
-* a Responses stream event: ``response.model``.
+* a chat.completion, each chat.completion.chunk, an Anthropic message: ``model``;
+* Anthropic's ``message_start`` event: ``message.model`` (its other events name no model).
+
+(Responses answers and events are the gateway's own, built from chat with the name asked for.)
 """
 
 from __future__ import annotations
@@ -26,22 +27,23 @@ Path = tuple[str, ...]
 CHAT: tuple[Path, ...] = (("model",),)  # an answer or a chunk
 MESSAGE: tuple[Path, ...] = (("model",),)  # a non-streamed Anthropic message
 MESSAGE_EVENT: tuple[Path, ...] = (("message", "model"),)  # message_start
-RESPONSES_EVENT: tuple[Path, ...] = (("response", "model"),)
 
 # Numbers and constants are skipped, never converted (a 5,000-digit integer would raise).
 _SKIP = json.JSONDecoder(strict=False, parse_int=len, parse_float=len, parse_constant=len)
 _SPACE = re.compile(r"[ \t\n\r]*")
+MODEL_KEY = b'"model"'
 _DATA = re.compile(rb"^data:[ ]?([^\r\n]*)", re.MULTILINE)
 
 
 def renamed(raw: bytes, paths: tuple[Path, ...], model: str) -> bytes:
     """``raw`` JSON with the string at each of ``paths`` naming ``model``; unchanged when it has none
     (or is not JSON: what the client gets then is the upstream's own business)."""
-    if b'"model"' not in raw and b"\\u" not in raw:  # the cheap, common case: nothing to look for
+    last = raw.rfind(MODEL_KEY)
+    if last < 0:  # the common case of most events: nothing to look for
         return raw
     # latin-1 maps byte i to character i: offsets in the text are offsets in the bytes.
     text = raw.decode("latin-1")
-    spans = sorted(span for path in paths for span in _strings_at(text, path))
+    spans = sorted(span for path in paths for span in _strings_at(text, path, 0, last))
     if not spans:
         return raw
     name = orjson.dumps(model)
@@ -79,43 +81,46 @@ def _renamed_lines(event: bytes, lines: list[re.Match[bytes]], paths: tuple[Path
     return b"".join(out)
 
 
-def _strings_at(text: str, path: Path, start: int = 0) -> Iterator[tuple[int, int]]:
+def _strings_at(text: str, path: Path, start: int, last: int) -> Iterator[tuple[int, int]]:
     """The spans of the string values at ``path`` in the JSON object at ``start`` (every one, should
-    a key repeat: a client's parser keeps the last)."""
+    a key repeat: a client's parser keeps the last); members after ``last`` (the last ``"model"``
+    in the text) are not read, so an answer's long ``choices`` after its ``model`` cost nothing."""
     try:
-        for key, begin, end in _members(text, start):
+        for key, begin, end in _members(text, start, last):
             if key != path[0]:
                 continue
             if len(path) > 1:
-                yield from _strings_at(text, path[1:], begin)
+                yield from _strings_at(text, path[1:], begin, last)
             elif text[begin] == '"':
                 yield begin, end
     except (ValueError, IndexError, RecursionError):  # not JSON (or too deep to read): leave it
         return
 
 
-def _members(text: str, at: int) -> Iterator[tuple[str, int, int]]:
-    """(key, value start, value end) of each member of the JSON object at ``at``, in order; values
-    are skipped by the json module's C scanner, one pass over their bytes."""
-    at = _SPACE.match(text, at).end()
+def _members(text: str, at: int, last: int) -> Iterator[tuple[str, int, int]]:
+    """(key, value start, value end) of each member of the JSON object at ``at`` whose key starts by
+    ``last``; values are skipped by the json module's C scanner, one pass over their bytes."""
+    at = _space(text, at)
     if text[at] != "{":
         return
-    at = _SPACE.match(text, at + 1).end()
-    if text[at] == "}":
-        return
-    while True:
+    at = _space(text, at + 1)
+    while text[at] != "}" and at <= last:
         if text[at] != '"':
             raise ValueError("a key was expected")
         key, at = json.decoder.scanstring(text, at + 1, False)
-        at = _SPACE.match(text, at).end()
+        at = _space(text, at)
         if text[at] != ":":
             raise ValueError("':' was expected")
-        begin = _SPACE.match(text, at + 1).end()
+        begin = _space(text, at + 1)
         _, end = _SKIP.raw_decode(text, begin)
         yield key, begin, end
-        at = _SPACE.match(text, end).end()
-        if text[at] == "}":
-            return
-        if text[at] != ",":
+        at = _space(text, end)
+        if text[at] == ",":
+            at = _space(text, at + 1)
+        elif text[at] != "}":
             raise ValueError("',' was expected")
-        at = _SPACE.match(text, at + 1).end()
+
+
+def _space(text: str, at: int) -> int:
+    """The first offset from ``at`` that is not JSON whitespace (compact JSON has none)."""
+    return at if text[at] not in " \t\n\r" else _SPACE.match(text, at).end()
