@@ -53,8 +53,7 @@ class Framer:
         events = self._cut(final=False)
         if len(self._pending) > self.max_event_bytes:
             raise EventTooLarge(f"The upstream model sent a stream event larger than max_event_bytes "
-                                f"({self.max_event_bytes} bytes).", status_code=502,
-                                code="upstream_invalid_response")
+                                f"({self.max_event_bytes} bytes).")
         return events
 
     def end(self) -> tuple[list[bytes], bytes]:

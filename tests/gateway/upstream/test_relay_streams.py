@@ -1,4 +1,4 @@
-"""The relays' streams (``gateway.upstream.http.Events``) against an upstream that misbehaves on
+"""The relays' streams (``gateway.upstream.sse.Events``) against an upstream that misbehaves on
 purpose (``sse_upstream``), on both relays: Anthropic Messages (``relay``) and chat (``chat_relay``).
 
 - an event cut in half by a dropped connection never reaches the client half-sent: the client gets
