@@ -195,8 +195,8 @@ async def chunks(events: ChatEvents) -> AsyncIterator[dict[str, Any]]:
     """The relayed events as chat.completion.chunk dicts, for an API that translates them (Responses);
     a failure midway raises the mapped ``GatewayError``, as ``forward.stream_chunks`` does."""
     async for block in events:
-        for event in block.replace(b"\r\n", b"\n").split(b"\n\n"):
-            data = b"".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+        for event in sse.split(block):
+            data = sse.data(event).strip()
             if data and data != b"[DONE]":
                 yield _chunk(data)
 
@@ -214,12 +214,11 @@ def _chunk(data: bytes) -> dict[str, Any]:
 
 def _usage(block: bytes) -> dict[str, Any] | None:
     """The usage object of the last event in ``block`` that has a non-null one."""
-    for event in reversed(block.replace(b"\r\n", b"\n").split(b"\n\n")):
+    for event in reversed(sse.split(block)):
         if USAGE not in event:
             continue
-        data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
         try:
-            usage = orjson.loads(data).get("usage")
+            usage = orjson.loads(sse.data(event)).get("usage")
         except (orjson.JSONDecodeError, AttributeError):
             continue
         if isinstance(usage, dict):

@@ -29,6 +29,7 @@ MAX_EVENT_BYTES = 16 << 20  # one event (a whole tool call's arguments, say) up 
 # follows it (CRLF is one line end).
 BLANK_LINE = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
 LOOKBACK = 3  # a blank line is at most 4 bytes: it may start 3 bytes before the newest read
+LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 class EventTooLarge(UpstreamError):
@@ -77,6 +78,21 @@ class Framer:
         del pending[:at]
         self._scanned = len(pending)
         return events
+
+
+def split(block: bytes) -> list[bytes]:
+    """The events of ``block``, which holds whole events (as :class:`Events` yields them)."""
+    framer = Framer(len(block) + 1)
+    found = framer.feed(block)
+    last, rest = framer.end()
+    return found + last + ([rest] if rest.strip() else [])
+
+
+def data(event: bytes) -> bytes:
+    """The data of one event: the values of its ``data:`` lines, each without the one space after
+    the colon, joined by LF (SSE's rule)."""
+    values = [line[5:].removeprefix(b" ") for line in LINE_END.split(event) if line.startswith(b"data:")]
+    return b"\n".join(values)
 
 
 class Events:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway.upstream import shapes, sse
+from gateway.upstream import chat_relay, shapes, sse
 
 ENDINGS = [b"\n", b"\r\n", b"\r"]
 
@@ -149,3 +149,22 @@ def test_model_renaming_keeps_everything_else() -> None:
     assert shapes.renamed_event(start, shapes.MESSAGE_EVENT, "m") == start.replace(b'"up"', b'"m"')
     split = b'event: x\ndata: {"model":\ndata: "up", "a": {"model": "x"}}\n\n'
     assert shapes.renamed_event(split, shapes.CHAT, "m") == split.replace(b'"up"', b'"m"')
+
+
+@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
+def test_relayed_chat_events_are_read_whatever_their_line_ends(end: bytes) -> None:
+    """The Responses API reads the chat relay's events (``chat_relay.chunks``) and the usage of the
+    last one (``on_usage``): with any line end SSE allows, and a data value split over two lines."""
+    events = [b'data: {"id":"c1","choices":[{"delta":{"content":"hi"}}]}' + end + end,
+              b'event: chunk' + end + b'data: {"id":"c1","choices":[],' + end
+              + b'data: "usage":{"total_tokens":3}}' + end + end,
+              b"data: [DONE]" + end + end]
+    usage: list[dict] = []
+
+    async def read() -> list[dict]:
+        relayed = chat_relay.ChatEvents(_Response([b"".join(events)]), "m", usage.append)
+        return [chunk async for chunk in chat_relay.chunks(relayed)]
+
+    assert asyncio.run(read()) == [{"id": "c1", "choices": [{"delta": {"content": "hi"}}]},
+                                   {"id": "c1", "choices": [], "usage": {"total_tokens": 3}}]
+    assert usage == [{"total_tokens": 3}]
