@@ -32,7 +32,8 @@ MESSAGE_EVENT: tuple[Path, ...] = (("message", "model"),)  # message_start
 _SKIP = json.JSONDecoder(strict=False, parse_int=len, parse_float=len, parse_constant=len)
 _SPACE = re.compile(r"[ \t\n\r]*")
 MODEL_KEY = b'"model"'
-_DATA = re.compile(rb"^data:[ ]?([^\r\n]*)", re.MULTILINE)
+# A data line's value; a line starts after CRLF, LF or CR (re.MULTILINE's ^ knows only LF).
+_DATA = re.compile(rb"(?:^|(?<=[\r\n]))data:[ ]?([^\r\n]*)")
 
 
 def renamed(raw: bytes, paths: tuple[Path, ...], model: str) -> bytes:

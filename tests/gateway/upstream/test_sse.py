@@ -147,8 +147,11 @@ def test_model_renaming_keeps_everything_else() -> None:
     assert shapes.renamed(deep, shapes.CHAT, "m") == deep  # too deep to read: left as sent
     start = b'data: {"type":"message_start","message":{"model":"up","content":[{"input":{"model":"x"}}]}}\n\n'
     assert shapes.renamed_event(start, shapes.MESSAGE_EVENT, "m") == start.replace(b'"up"', b'"m"')
-    split = b'event: x\ndata: {"model":\ndata: "up", "a": {"model": "x"}}\n\n'
-    assert shapes.renamed_event(split, shapes.CHAT, "m") == split.replace(b'"up"', b'"m"')
+    for end in (b"\n", b"\r\n", b"\r"):
+        split = b'event: x' + end + b'data: {"model":' + end + b'data: "up", "a": {"model": "x"}}' + end + end
+        assert shapes.renamed_event(split, shapes.CHAT, "m") == split.replace(b'"up"', b'"m"')
+        one = b'event: x' + end + b'data: {"model": "up"}' + end + end
+        assert shapes.renamed_event(one, shapes.CHAT, "m") == one.replace(b'"up"', b'"m"')
 
 
 @pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
