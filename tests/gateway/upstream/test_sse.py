@@ -5,6 +5,7 @@ by ``max_event_bytes`` with a clear error past it. (Through a gateway: ``test_re
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -171,3 +172,23 @@ def test_relayed_chat_events_are_read_whatever_their_line_ends(end: bytes) -> No
     assert asyncio.run(read()) == [{"id": "c1", "choices": [{"delta": {"content": "hi"}}]},
                                    {"id": "c1", "choices": [], "usage": {"total_tokens": 3}}]
     assert usage == [{"total_tokens": 3}]
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(["model", "m", "x"]), inner,
+                                                               max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(obj=st.dictionaries(st.sampled_from(["model", "id", "choices", "usage"]), JSON, max_size=4),
+       indent=st.sampled_from([None, 0, 2]), ascii_only=st.booleans())
+def test_only_the_top_level_model_string_is_renamed(obj: dict, indent: int | None, ascii_only: bool) -> None:
+    raw = json.dumps(obj, indent=indent, ensure_ascii=ascii_only).encode()
+    renamed = shapes.renamed(raw, shapes.CHAT, "alias")
+    expected = {**obj, "model": "alias"} if isinstance(obj.get("model"), str) else obj
+    assert json.loads(renamed) == expected
+    if expected is obj:
+        assert renamed == raw
