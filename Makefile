@@ -38,8 +38,8 @@ run: $(VENV)/.installed-local
 # one). Most tests wait on sockets and child processes, so three workers keep two cores busy.
 # --dist loadfile: a file's tests run on one worker, so a process or server its module-scoped fixtures
 # start (a gateway, the LiteLLM proxy, the embedded model, an npm install) starts once, not once per
-# worker. (--dist loadgroup would group by xdist_group marks, but pytest-xdist 3.8 silently ignores
-# them on pytest 9.2: pytest-xdist issue 1386.) --durations=15 prints the slowest tests.
+# worker. (No xdist_group marks: loadfile ignores them. The agent-CLI installs lock their folders,
+# tests/gateway/npm_clis.py.) --durations=15 prints the slowest tests.
 TEST_WORKERS ?= 3
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -233,6 +233,9 @@ class GeneralSettings(_Strict):
     # Connections the raw relays hold open to upstreams at once (gateway.upstream.http); a request
     # past it waits for one, within its timeout's connect phase.
     max_upstream_connections: int = Field(1000, ge=1)
+    # The largest server-sent event the raw relays read from an upstream (gateway.upstream.sse); an
+    # event past it ends the stream with an in-band 502 upstream_invalid_response error.
+    max_event_bytes: int = Field(16 << 20, ge=1024)
     # anthropic-beta flags relayed to Anthropic models; others are dropped (gateway.upstream.betas).
     # "*": every flag as the client sent it.
     anthropic_betas: list[str] = list(ANTHROPIC_BETAS)

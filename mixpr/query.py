@@ -16,7 +16,9 @@ A label that opens the question ("Question: Where is the apple?", "Q: ...", "Que
 prompt's format, not what is asked: ``unlabelled`` leaves its word out of the question's counts.
 Counted, it tied the question to every sentence of a long text that says "question": at 1M tokens of
 books, ~40 of them outranked the second fact of a two-hop bAbI question in the walk, so a 4,000-token
-budget lost it (bench/README.md).
+budget lost it (bench/README.md). Only a word that carries no content is a label: one of
+``CONTENTLESS_LABELS``, or the word the text itself opens other chunks with ("Caroline: " in a chat
+asked as Caroline). "Kubernetes: why ...", "KeyError: 'x' ..." open with the very term asked about.
 """
 
 from __future__ import annotations
@@ -38,7 +40,13 @@ _BLANK_LINE = re.compile(r"\n[ \t]*\n")
 _TAIL_CHARS = 4 * 1024
 # One capitalised word and a colon at the question's start (a speaker label of several words, as
 # in "Lynne Neagle AM: ", names someone and stays).
-_LABEL = re.compile(r"[ \t]*[A-Z][\w'-]*:[ \t]+(?=\S)")
+_LABEL = re.compile(r"[ \t]*([A-Z][\w'-]*):[ \t]+(?=\S)")
+# Words that name a prompt's parts, never what is asked (compared lowercased).
+CONTENTLESS_LABELS = frozenset({
+    "q", "question", "questions", "query", "a", "answer", "context", "task", "instruction",
+    "instructions", "prompt", "input", "request", "details", "note", "problem", "user", "human",
+    "assistant",
+})
 
 
 def query_chunks(chunks: Chunks, query_span: tuple[int, int] | None = None) -> np.ndarray:
@@ -108,9 +116,18 @@ def unlabelled(texts: list[str], p: np.ndarray) -> list[str]:
         return texts
     first = int(asked[0])
     label = _LABEL.match(texts[first])
-    if label is None:
+    if label is None or not _contentless(label.group(1), texts, first):
         return texts
     return [*texts[:first], " " * label.end() + texts[first][label.end() :], *texts[first + 1 :]]
+
+
+def _contentless(word: str, texts: list[str], first: int) -> bool:
+    """Whether ``word`` (a label opening chunk ``first``) is a prompt's part name, or a label the
+    text opens another chunk with (one pass over the chunk starts, and only for a word not listed)."""
+    if word.lower() in CONTENTLESS_LABELS:
+        return True
+    same = re.compile(rf"[ \t]*{re.escape(word)}:[ \t]")
+    return any(same.match(text) for i, text in enumerate(texts) if i != first)
 
 
 def query_text(chunks: Chunks, p: np.ndarray) -> str:

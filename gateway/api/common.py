@@ -54,7 +54,7 @@ async def parsed(parse: Callable[[Any, Any], T], body: Any, headers: Mapping[str
 
 def event_stream(body: Any, headers: Mapping[str, str], *, upstream: Any = None) -> StreamingResponse:
     """A server-sent-event response of ``body`` (an async iterator of encoded events) that closes
-    ``body`` and the ``upstream`` stream it reads (a ``gateway.upstream.http.Events``) however it ends."""
+    ``body`` and the ``upstream`` stream it reads (a ``gateway.upstream.sse.Events``) however it ends."""
     return ClosingStream(body, upstream, media_type="text/event-stream", headers={**headers, **SSE_HEADERS})
 
 

@@ -51,7 +51,8 @@ class ChatService(Preparer):
         super().__post_init__()
         general = self.config.general_settings
         # The raw relays' one pooled client: chat to OpenAI-compatible upstreams, Messages to Anthropic.
-        self.http = http.Client(http.Policy.from_env(max_connections=general.max_upstream_connections))
+        self.http = http.Client(http.Policy.from_env(max_connections=general.max_upstream_connections,
+                                                     max_event_bytes=general.max_event_bytes))
         self.relay = chat_relay.Relay.for_models(self.config.model_list, self.http,
                                                  timeout=general.request_timeout_s, enabled=general.raw_relay)
         self.betas = Betas(general.anthropic_betas)  # the anthropic-beta flags clients may send upstream

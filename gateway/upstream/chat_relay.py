@@ -19,7 +19,7 @@ So does a deployment with ``max_retries`` > 0 (the openai SDK's retries are Lite
 
 What the client sees is the same on both paths: statuses and error bodies come from
 ``forward.map_error`` applied to the exception the openai SDK would have raised for the same
-answer (``http.status_error``); timeouts are the deployment's ``timeout`` (else
+answer (``statuses.status_error``); timeouts are the deployment's ``timeout`` (else
 ``request_timeout_s``) per phase, as the SDK applies them; message fields that are null are left
 out, as LiteLLM leaves them out.
 """
@@ -41,8 +41,9 @@ from litellm.utils import ProviderConfigManager
 
 from gateway.config import ModelEntry
 from gateway.errors import UpstreamError
-from gateway.upstream import http
+from gateway.upstream import http, shapes, sse
 from gateway.upstream.forward import ROUTER_ONLY_PARAMS, supported_params
+from gateway.upstream.statuses import ERROR_BODY_BYTES, status_error
 
 log = logging.getLogger("gateway.upstream.relay")
 
@@ -142,14 +143,14 @@ class Relay:
         response = await self.client.post(route.url, content, route.headers, route.timeout)
         raw = await http.read(response)
         if not 200 <= response.status < 300:
-            raise http.status_error(route.url, route.model, response, raw)
+            raise status_error(route.url, route.model, response, raw)
         try:
             answer = orjson.loads(raw)
         except orjson.JSONDecodeError:
             raise UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
                                 code="upstream_invalid_response") from None
         usage = answer.get("usage") if isinstance(answer, dict) else None
-        return http.with_model(raw, model), usage if isinstance(usage, dict) else None
+        return shapes.renamed(raw, shapes.CHAT, model), usage if isinstance(usage, dict) else None
 
     async def open_stream(self, route: Route, content: bytes, model: str,
                           on_usage: Callable[[dict[str, Any]], None]) -> ChatEvents:
@@ -157,28 +158,29 @@ class Relay:
         events come from the returned stream, whole events at a time."""
         response = await self.client.post(route.url, content, route.headers, route.timeout)
         if not 200 <= response.status < 300:
-            raw = await http.read(response, http.ERROR_BODY_BYTES)
-            raise http.status_error(route.url, route.model, response, raw)
-        return ChatEvents(response, model, on_usage)
+            raw = await http.read(response, ERROR_BODY_BYTES)
+            raise status_error(route.url, route.model, response, raw)
+        return ChatEvents(response, model, on_usage, self.client.policy.max_event_bytes)
 
 
-class ChatEvents(http.Events):
+class ChatEvents(sse.Events):
     """The upstream's events byte for byte but for the ``model`` name; ``data: [DONE]`` added when
     the upstream ended without it, as the LiteLLM path always sends it; the usage (in the last event
     that has one) to ``on_usage`` once the stream is over, however it ends."""
 
-    def __init__(self, response: Any, model: str, on_usage: Callable[[dict[str, Any]], None]) -> None:
-        super().__init__(response)
+    def __init__(self, response: Any, model: str, on_usage: Callable[[dict[str, Any]], None],
+                 max_event_bytes: int = sse.MAX_EVENT_BYTES) -> None:
+        super().__init__(response, max_event_bytes)
         self.model = model
         self.on_usage = on_usage
         self.last_usage = b""
         self.done = False
 
-    def edit(self, block: bytes) -> bytes:
-        if USAGE in block:
-            self.last_usage = block
-        self.done = block.rstrip().endswith(DONE)
-        return http.with_model(block, self.model)
+    def edit(self, event: bytes) -> bytes:
+        if USAGE in event:
+            self.last_usage = event
+        self.done = event.rstrip().endswith(DONE)
+        return shapes.renamed_event(event, shapes.CHAT, self.model)
 
     def tail(self) -> bytes:
         return b"" if self.done else DONE + b"\n\n"
@@ -193,8 +195,8 @@ async def chunks(events: ChatEvents) -> AsyncIterator[dict[str, Any]]:
     """The relayed events as chat.completion.chunk dicts, for an API that translates them (Responses);
     a failure midway raises the mapped ``GatewayError``, as ``forward.stream_chunks`` does."""
     async for block in events:
-        for event in block.replace(b"\r\n", b"\n").split(b"\n\n"):
-            data = b"".join(line[5:].strip() for line in event.split(b"\n") if line.startswith(b"data:"))
+        for event in sse.split(block):
+            data = sse.data(event).strip()
             if data and data != b"[DONE]":
                 yield _chunk(data)
 
@@ -212,12 +214,11 @@ def _chunk(data: bytes) -> dict[str, Any]:
 
 def _usage(block: bytes) -> dict[str, Any] | None:
     """The usage object of the last event in ``block`` that has a non-null one."""
-    for event in reversed(block.replace(b"\r\n", b"\n").split(b"\n\n")):
+    for event in reversed(sse.split(block)):
         if USAGE not in event:
             continue
-        data = b"".join(line[5:].lstrip() for line in event.split(b"\n") if line.startswith(b"data:"))
         try:
-            usage = orjson.loads(data).get("usage")
+            usage = orjson.loads(sse.data(event)).get("usage")
         except (orjson.JSONDecodeError, AttributeError):
             continue
         if isinstance(usage, dict):

@@ -43,7 +43,15 @@ CLIENT_OPTIONS = frozenset({
 # connection), so the API adapters check them first.
 USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
 AUTH_STATUSES = frozenset({401, 403})
-KEY_LIKE = re.compile(r"sk-[^\s'\"]+")
+# Credentials an upstream's error text may quote, each kept to its own alphabet (so the sentence
+# around it survives) and anchored at a word start (so "task-force" is no key):
+KEY_LIKE = re.compile(
+    r"(?P<sk>\bsk-)[\w\-*]{4,}"  # OpenAI's sk-..., sk-proj-...; Anthropic's sk-ant-...
+    r"|\bAIza[\w\-]{35}"  # Google's API keys
+    r"|(?P<bearer>\bBearer\s+)[\w\-.~+/]{8,}=*"  # Authorization: Bearer <token>
+    r"|(?P<azure>\bapi[-_]?key[\"']?\s*[:=]\s*[\"']?)[0-9a-fA-F]{32}\b",  # Azure's api-key: 32 hex
+    re.IGNORECASE,
+)
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
                 429: "rate_limit_error"}
@@ -295,8 +303,13 @@ def auth_failed(status: int) -> UpstreamError:
 
 
 def redact(text: str) -> str:
-    """``text`` with anything shaped like a provider key (``sk-...``) replaced."""
-    return KEY_LIKE.sub("sk-[redacted]", text) if "sk-" in text else text
+    """``text`` with anything shaped like a credential (``KEY_LIKE``) replaced by ``[redacted]``, its
+    label (``sk-``, ``Bearer``, ``api-key:``) kept so the message still says what was wrong."""
+    return KEY_LIKE.sub(_redacted, text)
+
+
+def _redacted(match: re.Match[str]) -> str:
+    return (match.group("sk") or match.group("bearer") or match.group("azure") or "") + "[redacted]"
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

@@ -22,7 +22,7 @@ import litellm
 
 from gateway.config import ModelEntry
 from gateway.run import offload
-from gateway.upstream import forward, http
+from gateway.upstream import forward, http, shapes, sse
 from gateway.upstream.betas import Betas
 
 DEFAULT_BASE = "https://api.anthropic.com"
@@ -87,23 +87,24 @@ async def send(client: http.Client, entry: ModelEntry, body: dict[str, Any], hea
     if response.status >= 400 or not body.get("stream"):
         content = await http.read(response)
         if response.status < 400:
-            content = http.with_model(content, model)
+            content = shapes.renamed(content, shapes.MESSAGE, model)
         return Relayed(response.status, passed, content=content)
-    return Relayed(response.status, passed, stream=MessageEvents(response, model))
+    return Relayed(response.status, passed,
+                   stream=MessageEvents(response, model, client.policy.max_event_bytes))
 
 
-class MessageEvents(http.Events):
+class MessageEvents(sse.Events):
     """Anthropic's events as the upstream sent them, whole events at a time, but for the ``model``
-    of ``message_start``; ``ended_well`` once ``message_stop`` came."""
+    of ``message_start`` (``shapes.MESSAGE_EVENT``); ``ended_well`` once ``message_stop`` came."""
 
-    def __init__(self, response: Any, model: str) -> None:
-        super().__init__(response)
+    def __init__(self, response: Any, model: str, max_event_bytes: int = sse.MAX_EVENT_BYTES) -> None:
+        super().__init__(response, max_event_bytes)
         self.model = model
         self.ended_well = False
 
-    def edit(self, block: bytes) -> bytes:
-        self.ended_well = self.ended_well or b"message_stop" in block
-        return http.with_model(block, self.model)
+    def edit(self, event: bytes) -> bytes:
+        self.ended_well = self.ended_well or b"message_stop" in event
+        return shapes.renamed_event(event, shapes.MESSAGE_EVENT, self.model)
 
 
 def _encoded(body: dict[str, Any]) -> bytes:

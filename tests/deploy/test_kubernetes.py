@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +23,7 @@ import pytest
 import yaml
 
 from gateway.config import ENV_PREFIX
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
@@ -139,21 +138,6 @@ def _replace(args: list[str], values: dict[str, str]) -> list[str]:
     for flag, value in values.items():
         out[out.index(flag) + 1] = value
     return out
-
-
-def free_port() -> int:  # as tests/gateway/conftest.py's closed_port
-    """A port nothing listens on, below Linux's ephemeral range. A server process binds it only after its
-    imports (a minute or more on a busy machine); a port from ``bind(0)`` may meanwhile become the local
-    end of an outgoing connection (another test's, running in parallel), and the server fails to start."""
-    low = 32768
-    with contextlib.suppress(OSError, ValueError):
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(20000, max(low, 20001))
-        with socket.socket() as sock:
-            with contextlib.suppress(OSError):
-                sock.bind(("127.0.0.1", port))
-                return port
 
 
 def _eventually_ok(http: httpx.Client, path: str, process: subprocess.Popen[bytes]) -> bool:

@@ -7,12 +7,9 @@ kept to a few tokens: a CPU reads the ~1k-token compressed prompt in a few secon
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +22,7 @@ import pytest
 import yaml
 
 from mixpr.tokens import count_tokens
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # Three of the longest topics of the Python language reference, which every CPython ships: 151k
@@ -43,21 +41,6 @@ pytestmark = pytest.mark.skipif(
 
 
 GATEWAY_PID: dict[str, int] = {}  # gateway url -> its process id
-
-
-def free_port() -> int:  # as tests/gateway/conftest.py's closed_port
-    """A port nothing listens on, below Linux's ephemeral range. A server process binds it only after its
-    imports (a minute or more on a busy machine); a port from ``bind(0)`` may meanwhile become the local
-    end of an outgoing connection (another test's, running in parallel), and the server fails to start."""
-    low = 32768
-    with contextlib.suppress(OSError, ValueError):
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(20000, max(low, 20001))
-        with socket.socket() as sock:
-            with contextlib.suppress(OSError):
-                sock.bind(("127.0.0.1", port))
-                return port
 
 
 def shipped_config_on_free_ports(path: Path) -> tuple[dict, int]:

@@ -13,6 +13,8 @@ files may run in parallel (``--dist loadfile``); npm's own cache is safe to shar
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import functools
 import json
 import os
@@ -93,17 +95,27 @@ def installed(package: str, version: str, binary: str, *, home: str) -> Path:
     _need_npm(package)
     prefix = VENV / home
     manifest = prefix / "node_modules" / package / "package.json"
-    if not manifest.exists() or json.loads(manifest.read_text())["version"] != version:
-        done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
-                               f"{package}@{version}"], capture_output=True, text=True, timeout=600)
-        if done.returncode:
-            pytest.fail(f"npm install {package}@{version} failed:\n{done.stderr[-2000:]}")
-    script = manifest.parent / "install.cjs"
     path = prefix / "node_modules" / ".bin" / binary
-    # Claude Code's native binary is put in place by its install script, which npm may not run.
-    if script.exists() and path.resolve().stat().st_size < 1_000_000:
-        subprocess.run(["node", str(script)], check=True, capture_output=True, timeout=120)
+    with _locked(prefix):  # two installs into one folder at once (xdist workers, two runs) break both
+        if not manifest.exists() or json.loads(manifest.read_text())["version"] != version:
+            done = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix),
+                                   f"{package}@{version}"], capture_output=True, text=True, timeout=600)
+            if done.returncode:
+                pytest.fail(f"npm install {package}@{version} failed:\n{done.stderr[-2000:]}")
+        script = manifest.parent / "install.cjs"
+        # Claude Code's native binary is put in place by its install script, which npm may not run.
+        if script.exists() and path.resolve().stat().st_size < 1_000_000:
+            subprocess.run(["node", str(script)], check=True, capture_output=True, timeout=120)
     return path
+
+
+@contextlib.contextmanager
+def _locked(prefix: Path) -> Iterator[None]:
+    """``prefix``'s install lock, held until the block ends (released by the OS if the process dies)."""
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    with open(prefix.with_name(prefix.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def newest(package: str) -> str:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import random
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +19,7 @@ from redis_server import MISSING, RedisServer, available
 
 from gateway import create_app
 from gateway.config import parse_config
+from tests.ports import free_port as closed_port  # the suite's one port helper, by its old name here
 
 # A gateway without a master key keeps its install's secret under the state dir: the tests' own,
 # never the user's (gateway subprocesses inherit it).
@@ -60,21 +58,6 @@ class ServerThread:
         self.server.should_exit = True
         self.thread.join(10)
         self.sock.close()
-
-
-def closed_port() -> int:
-    """A port nothing listens on, below Linux's ephemeral range. A server process binds it only after its
-    imports (a minute or more on a busy machine); a port from ``bind(0)`` may meanwhile become the local
-    end of an outgoing connection (another test's, running in parallel), and the server fails to start."""
-    low = 32768
-    with contextlib.suppress(OSError, ValueError):
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    while True:
-        port = random.randrange(20000, max(low, 20001))
-        with socket.socket() as sock:
-            with contextlib.suppress(OSError):
-                sock.bind(("127.0.0.1", port))
-                return port
 
 
 def model(name: str, upstream_model: str, api_base: str, **extra: Any) -> dict[str, Any]:

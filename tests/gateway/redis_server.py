@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import redis
+
+from tests.ports import free_port
 
 BINARY = "redis-server"
 MISSING = "redis-server is not installed (Debian: apt-get install -y redis-server; .ci/run installs it)"
@@ -18,12 +19,6 @@ MISSING = "redis-server is not installed (Debian: apt-get install -y redis-serve
 
 def available() -> bool:
     return shutil.which(BINARY) is not None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class RedisServer:

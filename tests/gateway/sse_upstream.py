@@ -7,9 +7,12 @@ headers back. The upstream model name chooses the behaviour:
 * ``half``: two whole events, then half of a third, then the connection is dropped (a reset);
 * ``late``: the status line only after ``LATE_S``, then an event every 0.1 s for a minute;
 * ``slow``: an event every 0.1 s for a minute, at once;
+* ``huge``: one event that never ends, 16 KiB every 0.1 s for a minute;
+* ``mixed``: a short whole stream whose events end in ``\n\r\n`` (LF, then CRLF), and a clean end;
 * anything else: a short whole stream and a clean end.
 
-``Seen.closed_at`` is ``time.monotonic()`` when the client closed the connection (or the write failed).
+``Seen.closed`` is set when the client closed the connection (or the write failed) of a ``late``,
+``slow`` or ``huge`` stream.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class Seen:
     path: str
     headers: dict[str, str]
     body: dict[str, Any]
-    closed_at: float | None = None
+    closed: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -61,15 +64,15 @@ class SseUpstream:
         [found] = [s for s in list(self.seen) if marker in json.dumps(s.body)]
         return found
 
-    def closed_within(self, marker: str, seconds: float) -> float | None:
-        """Seconds from now until the request holding ``marker`` saw its client leave (None: not in time)."""
-        start = time.monotonic()
-        while time.monotonic() - start < seconds:
-            found = [s for s in list(self.seen) if marker in json.dumps(s.body) and s.closed_at]
-            if found:
-                return found[0].closed_at - start
+    def closed(self, marker: str, timeout: float = 30.0) -> bool:
+        """Whether the client of the request holding ``marker`` left, waiting for it up to ``timeout``
+        (half the upstream's own ``LIFETIME_S``: a stream nobody closes runs on past it)."""
+        deadline = time.monotonic() + timeout
+        while not (found := [s for s in list(self.seen) if marker in json.dumps(s.body)]):
+            if time.monotonic() > deadline:
+                return False
             time.sleep(0.02)
-        return None
+        return found[0].closed.wait(max(0.0, deadline - time.monotonic()))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -100,22 +103,24 @@ class SseUpstream:
             await asyncio.sleep(0.05)
             writer.transport.abort()
             return
-        if mode in ("late", "slow"):
-            await _trickle(seen, reader, writer, anthropic)
+        if mode in ("late", "slow", "huge"):
+            await _trickle(seen, reader, writer, anthropic, huge=mode == "huge")
             return
         for piece in [_event(anthropic, i) for i in range(3)] + [_last(anthropic)]:
-            _chunk(writer, piece)
+            _chunk(writer, piece.replace(b"\n\n", b"\n\r\n") if mode == "mixed" else piece)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
 
 
 async def _trickle(
-    seen: Seen, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, anthropic: bool
+    seen: Seen, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, anthropic: bool, huge: bool
 ) -> None:
     gone = asyncio.ensure_future(reader.read(1))  # b"" once the client closes
     try:
+        if huge:
+            _chunk(writer, b"data: ")
         for i in range(int(LIFETIME_S / 0.1)):
-            _chunk(writer, _event(anthropic, i))
+            _chunk(writer, b"x" * 16384 if huge else _event(anthropic, i))
             await writer.drain()
             await asyncio.wait([gone], timeout=0.1)
             if gone.done() or writer.is_closing():
@@ -123,7 +128,7 @@ async def _trickle(
     except ConnectionError:
         pass
     finally:
-        seen.closed_at = time.monotonic()
+        seen.closed.set()
         gone.cancel()
 
 

@@ -76,3 +76,23 @@ def test_only_a_one_word_label_at_the_questions_start_is_blanked():
     first_only = unlabelled(["Details: none", "Where: here"], np.array([1.0, 0.0]))
     assert first_only == ["         none", "Where: here"]
     assert unlabelled(["Lynne Neagle AM: thanks"], np.array([1.0])) == ["Lynne Neagle AM: thanks"]
+
+
+def test_a_key_term_before_a_colon_stays_in_the_question():
+    """Only a label that carries no content is blanked: "Kubernetes: why ..." and "KeyError: 'x' ..."
+    open with the very term asked about."""
+    p = np.array([0.0, 1.0])
+    for question in ["Kubernetes: why does the pod restart?", "KeyError: 'x' raised by the loader, why?",
+                     "Renewal: what is the term?"]:
+        assert unlabelled(["Some text.", question], p) == ["Some text.", question]
+    for label in ["Question", "Q", "QUERY", "Answer", "Context", "Task", "Instruction", "Instructions"]:
+        blanked = unlabelled(["Some text.", f"{label}: Where is it?"], p)
+        assert blanked == ["Some text.", " " * (len(label) + 2) + "Where is it?"]
+
+
+def test_a_label_the_text_itself_uses_is_blanked():
+    """A word the text opens its own lines with ("Caroline: " turns, "Kubernetes: " entries) is the
+    text's format there too."""
+    texts = ["Caroline: I went hiking.", "Melanie: Nice!", "Caroline: Where did I go?"]
+    assert unlabelled(texts, np.array([0.0, 0.0, 1.0]))[2] == " " * len("Caroline: ") + "Where did I go?"
+    assert unlabelled(texts[1:], np.array([0.0, 1.0]))[1] == "Caroline: Where did I go?"

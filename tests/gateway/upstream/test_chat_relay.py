@@ -24,7 +24,7 @@ from fake_upstream import REPLY_TEXT, FakeUpstream
 
 from gateway import create_app
 from gateway.config import parse_config
-from gateway.upstream import chat_relay, http
+from gateway.upstream import chat_relay, http, sse
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 HELLO = [{"role": "user", "content": "hello"}]
@@ -331,9 +331,9 @@ def test_a_stream_without_done_gets_one(relay_url: str) -> None:
 
 
 def test_event_boundaries_and_usage() -> None:
-    assert http.boundary(b"data: 1\n\ndata: 2") == len(b"data: 1\n\n")
-    assert http.boundary(b"data: 1\r\n\r\ndata") == len(b"data: 1\r\n\r\n")
-    assert http.boundary(b"data: {") == 0
+    assert sse.Framer().feed(b"data: 1\n\ndata: 2") == [b"data: 1\n\n"]
+    assert sse.Framer().feed(b"data: 1\r\n\r\ndata") == [b"data: 1\r\n\r\n"]
+    assert sse.Framer().feed(b"data: {") == []
     block = b'data: {"usage": {"prompt_tokens": 3}}\n\ndata: {"usage": null}\n\n'
     assert chat_relay._usage(block) == {"prompt_tokens": 3}
     assert chat_relay._usage(b"data: [DONE]\n\n") is None

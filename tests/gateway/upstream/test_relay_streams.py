@@ -1,11 +1,15 @@
-"""The relays' streams (``gateway.upstream.http.Events``) against an upstream that misbehaves on
+"""The relays' streams (``gateway.upstream.sse.Events``) against an upstream that misbehaves on
 purpose (``sse_upstream``), on both relays: Anthropic Messages (``relay``) and chat (``chat_relay``).
 
 - an event cut in half by a dropped connection never reaches the client half-sent: the client gets
   whole events, then the API's own in-band error;
 - a client that leaves before the first event (the upstream holds its status line back) closes the
   upstream connection: the response was never read, so only its owner can close it;
-- a client that leaves mid-stream closes the upstream connection within 1 s.
+- a client that leaves mid-stream closes the upstream connection (long before the upstream would
+  have ended: the tests wait for the close, not for a time);
+- events that end in ``\n\r\n`` are split as any others;
+- an event that grows past ``max_event_bytes`` ends the stream with the API's in-band 502 error,
+  and closes the upstream connection.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from gateway.config import parse_config
 from gateway.upstream import chat_relay, http, relay
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
-MODES = ("half", "late", "slow")
+MODES = ("half", "late", "slow", "huge", "mixed")
+MAX_EVENT_BYTES = 65536
 PATHS = {"anthropic": "/v1/messages", "chat": "/v1/chat/completions"}
 
 
@@ -61,6 +66,7 @@ def gateway_url(sse: SseUpstream) -> Iterator[str]:
             "master_key": MASTER_KEY,
             "compression_executor": "thread",
             "compression_workers": 1,
+            "max_event_bytes": MAX_EVENT_BYTES,
         },
     }
     server = ServerThread(create_app(parse_config(config))).start()
@@ -122,13 +128,11 @@ def test_a_client_leaving_before_the_first_event_closes_the_upstream(
 ) -> None:
     marker = f"before-first-{api}-{time.monotonic()}"
     _hang_up_after(gateway_url, PATHS[api], _body(api, "late", marker), 0.2)  # the upstream answers at 0.6 s
-    took = sse.closed_within(marker, 5)
-    assert took is not None, "the upstream kept streaming to a client that had left"
-    assert took < 1.0
+    assert sse.closed(marker), "the upstream kept streaming to a client that had left"
 
 
 @pytest.mark.parametrize("api", sorted(PATHS))
-def test_a_client_leaving_mid_stream_closes_the_upstream_within_a_second(
+def test_a_client_leaving_mid_stream_closes_the_upstream(
     gateway_url: str, sse: SseUpstream, api: str
 ) -> None:
     marker = f"mid-{api}-{time.monotonic()}"
@@ -137,8 +141,7 @@ def test_a_client_leaving_mid_stream_closes_the_upstream_within_a_second(
     ) as response:
         assert response.status_code == 200
         assert next(response.iter_lines())
-    took = sse.closed_within(marker, 5)
-    assert took is not None and took < 1.0
+    assert sse.closed(marker), "the upstream kept streaming to a client that had left"
 
 
 @pytest.mark.parametrize("events", ["chat", "messages"])
@@ -147,7 +150,7 @@ def test_a_stream_nobody_reads_closes_its_upstream_connection(sse: SseUpstream, 
     close the connection, though the reader never ran (a generator never started runs no ``finally``)."""
     marker = f"unread-{events}-{time.monotonic()}"
 
-    async def drop_unread() -> float | None:
+    async def drop_unread() -> bool:
         client = http.Client(http.Policy.from_env(max_connections=4))
         try:
             body = json.dumps({"model": "slow", "messages": [{"role": "user", "content": marker}]}).encode()
@@ -160,9 +163,35 @@ def test_a_stream_nobody_reads_closes_its_upstream_connection(sse: SseUpstream, 
                 else relay.MessageEvents(response, "m")
             )
             await stream.aclose()
-            return await asyncio.to_thread(sse.closed_within, marker, 3)
+            return await asyncio.to_thread(sse.closed, marker)
         finally:
             await client.aclose()
 
-    took = asyncio.run(drop_unread())
-    assert took is not None and took < 1.0
+    assert asyncio.run(drop_unread()), "the upstream kept streaming for a stream dropped unread"
+
+
+@pytest.mark.parametrize("api", sorted(PATHS))
+def test_events_ending_in_lf_crlf_reach_the_client(gateway_url: str, api: str) -> None:
+    body = _body(api, "mixed", "mixed")
+    response = httpx.post(gateway_url + PATHS[api], json=body, headers=AUTH, timeout=30)
+    assert response.status_code == 200
+    events = [e for e in response.text.replace("\r\n", "\n").split("\n\n") if e.strip()]
+    assert len(events) == 4, response.text  # three events, then message_stop or [DONE]
+    assert "error" not in response.text
+
+
+@pytest.mark.parametrize("api", sorted(PATHS))
+def test_an_event_past_max_event_bytes_ends_the_stream_with_an_error(
+    gateway_url: str, sse: SseUpstream, api: str
+) -> None:
+    marker = f"huge-{api}-{time.monotonic()}"
+    response = httpx.post(gateway_url + PATHS[api], json=_body(api, "huge", marker), headers=AUTH, timeout=30)
+    assert response.status_code == 200  # the stream had started: the error comes in-band
+    assert len(response.content) < MAX_EVENT_BYTES  # none of the oversized event was passed on
+    errors = [json.loads(_data(e)) for e in _events(response.text) if "error" in _data(e)]
+    assert len(errors) == 1, response.text
+    if api == "anthropic":
+        assert errors[0]["type"] == "error" and "max_event_bytes" in errors[0]["error"]["message"]
+    else:
+        assert errors[0]["error"]["code"] == "upstream_invalid_response"
+    assert sse.closed(marker), "the upstream kept streaming after the event was refused"

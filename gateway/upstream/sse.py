@@ -1,0 +1,170 @@
+"""Server-sent events read from an upstream, whole events at a time.
+
+:class:`Framer` cuts a byte stream into events in one pass: each byte is scanned once (the last
+three again, for a blank line cut across two reads), and the event still open is bounded by
+``max_event_bytes``. An event ends at a blank line, and SSE ends a line with CRLF, LF or CR, so every
+pair of line ends (``\\n\\n``, ``\\r\\r``, ``\\r\\n\\r\\n``, ``\\n\\r\\n``, ``\\r\\n\\n``, ...) ends an event.
+
+:class:`Events` relays an upstream's response through a framer, so an error event added after a
+failure never lands inside a half-sent one.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import anyio
+
+from gateway.errors import UpstreamError
+from gateway.upstream.statuses import transport_error
+
+log = logging.getLogger("gateway.upstream.sse")
+
+MAX_EVENT_BYTES = 16 << 20  # one event (a whole tool call's arguments, say) up to 16 MiB by default
+# A line end, then another: the second ends the event. A CR is a line end of its own only when no LF
+# follows it (CRLF is one line end).
+BLANK_LINE = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
+LOOKBACK = 3  # a blank line is at most 4 bytes: it may start 3 bytes before the newest read
+LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+class EventTooLarge(UpstreamError):
+    """An upstream event past ``max_event_bytes``: the stream is closed, the client told in-band."""
+
+    status_code = 502
+    code = "upstream_invalid_response"
+
+
+class Framer:
+    """Whole events out of a byte stream read in arbitrary pieces."""
+
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._pending = bytearray()  # the event still open
+        self._scanned = 0  # bytes of it already searched for a blank line
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The events ``data`` completes, each with its blank line. Raises :class:`EventTooLarge`
+        when the event still open grows past ``max_event_bytes``."""
+        self._pending += data
+        events = self._cut(final=False)
+        if len(self._pending) > self.max_event_bytes:
+            raise EventTooLarge(f"The upstream model sent a stream event larger than max_event_bytes "
+                                f"({self.max_event_bytes} bytes).")
+        return events
+
+    def end(self) -> tuple[list[bytes], bytes]:
+        """At the stream's end: the events still whole, and the bytes of one never finished."""
+        events = self._cut(final=True)
+        rest, self._pending = bytes(self._pending), bytearray()
+        return events, rest
+
+    def _cut(self, *, final: bool) -> list[bytes]:
+        pending = self._pending
+        ends = [m.end() for m in BLANK_LINE.finditer(pending, max(0, self._scanned - LOOKBACK))]
+        if ends and not final and ends[-1] == len(pending) and pending.endswith(b"\r"):
+            ends.pop()  # a CR last: an LF may follow in the next read, and belongs to this event
+        self._scanned = len(pending)
+        if not ends:
+            return []
+        events, at = [], 0
+        for end in ends:
+            events.append(bytes(pending[at:end]))
+            at = end
+        del pending[:at]
+        self._scanned = len(pending)
+        return events
+
+
+def split(block: bytes) -> list[bytes]:
+    """The events of ``block``, which holds whole events (as :class:`Events` yields them)."""
+    framer = Framer(len(block) + 1)
+    found = framer.feed(block)
+    last, rest = framer.end()
+    return found + last + ([rest] if rest.strip() else [])
+
+
+def data(event: bytes) -> bytes:
+    """The data of one event: the values of its ``data:`` lines, each without the one space after
+    the colon, joined by LF (SSE's rule)."""
+    values = [line[5:].removeprefix(b" ") for line in LINE_END.split(event) if line.startswith(b"data:")]
+    return b"\n".join(values)
+
+
+class Events:
+    """``stream_events``: an upstream's server-sent events, whole events per item (the events of one
+    read, each edited), so an error event added after a failure never lands inside a half-sent one.
+
+    The response is closed on every exit: released to the pool when read to its end; closed (so the
+    upstream stops generating, and billing) when the stream fails, is cut short (the client left,
+    which cancels the reader), holds an event past ``max_event_bytes``, or was never read at all
+    (:meth:`aclose`, which the HTTP response calls however it ends). A failure midway raises the
+    mapped ``GatewayError``. Subclasses edit each event (:meth:`edit`), add a tail at a clean end
+    (:meth:`tail`) and note the end (:meth:`closed`).
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self._response = response
+        self._framer = Framer(max_event_bytes)
+        self._reader = self._read()
+        self._done = False
+        self.ended = False  # the upstream's stream was read to its end
+
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        return self._reader
+
+    async def aclose(self) -> None:
+        await self._reader.aclose()
+        self._close()
+
+    def edit(self, event: bytes) -> bytes:
+        return event
+
+    def tail(self) -> bytes:
+        return b""
+
+    def closed(self) -> None:
+        """Called once, when the response is released or closed."""
+
+    async def _read(self) -> AsyncIterator[bytes]:
+        try:
+            async for data in self._response.content.iter_any():
+                if events := self._framer.feed(data):
+                    yield b"".join(self.edit(event) for event in events)
+            events, rest = self._framer.end()
+            self.ended = True
+            if events:
+                yield b"".join(self.edit(event) for event in events)
+            if rest.strip():  # an event the upstream never finished: SSE drops it
+                log.warning("upstream stream ended inside an event; %d bytes dropped", len(rest))
+            if last := self.tail():
+                yield last
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise transport_error(exc) from exc
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        if self.ended:  # whole: the connection goes back to the pool
+            self._response.release()
+        else:  # cut short: closed, so the upstream stops
+            self._response.close()
+        self.closed()
+
+
+async def closed(stream: Any) -> None:
+    """Close ``stream`` (an ``Events``, an async generator) even while a cancellation is pending."""
+    closer = getattr(stream, "aclose", None)
+    if closer is not None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await closer()
+            except Exception:  # an already broken stream may fail again on close; nothing is left to do
+                log.debug("closing a stream failed", exc_info=True)

@@ -1,0 +1,67 @@
+"""What an upstream's answer or failure means for the client: the raw relays' statuses and errors
+mapped as ``forward.map_error`` maps the exceptions the openai SDK (and so LiteLLM) raises for them,
+so a client sees the same status and body on the relays' path as on LiteLLM's."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+import httpx
+import litellm
+import openai
+from litellm.litellm_core_utils.exception_mapping_utils import ExceptionCheckers
+
+from gateway.errors import GatewayError
+from gateway.upstream.forward import map_error
+
+ERROR_BODY_BYTES = 1 << 20  # an error answer is read up to this much
+
+STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
+    400: openai.BadRequestError, 401: openai.AuthenticationError, 403: openai.PermissionDeniedError,
+    404: openai.NotFoundError, 409: openai.ConflictError, 422: openai.UnprocessableEntityError,
+    429: openai.RateLimitError,
+}
+
+
+def status_error(url: str, model: str, response: aiohttp.ClientResponse, raw: bytes) -> GatewayError:
+    """What ``map_error`` makes of the exception the openai SDK raises for this answer: the status,
+    Retry-After and the upstream's own error object. 401 and 403 are the operator's credentials
+    (``forward.auth_failed``); 408 and 504 the upstream timing out, a 504 ``upstream_timeout`` as
+    LiteLLM maps them. (For 502 and 503 LiteLLM drops the upstream's error object and its path
+    answers with LiteLLM's message; the relay keeps it.)"""
+    status = response.status
+    request = httpx.Request("POST", url)
+    if status in (408, 504):
+        return map_error(openai.APITimeoutError(request=request))
+    answer = httpx.Response(status, headers=list(response.headers.items()), content=raw, request=request)
+    text = raw.decode("utf-8", errors="replace").strip()
+    payload: Any = text
+    try:
+        payload = json.loads(text)
+        message = f"Error code: {status} - {payload}"
+    except ValueError:
+        message = text or f"Error code: {status}"
+    data = payload.get("error", payload) if isinstance(payload, dict) else payload
+    if status == 400 and ExceptionCheckers.is_error_str_context_window_exceeded(text):
+        # LiteLLM turns these into its ContextWindowExceededError (code context_length_exceeded,
+        # which clients look for), with the upstream's message: the same on this path.
+        inner = data.get("message") if isinstance(data, dict) else None
+        return map_error(litellm.ContextWindowExceededError(
+            message=f"ContextWindowExceededError: OpenAIException - {inner or message}",
+            model=model, llm_provider="openai", response=answer))
+    fallback = openai.InternalServerError if status >= 500 else openai.APIStatusError
+    kind = STATUS_ERRORS.get(status) or fallback
+    return map_error(kind(message, response=answer, body=data))
+
+
+def transport_error(exc: BaseException) -> GatewayError:
+    """A timeout is the gateway's 504 ``upstream_timeout``; any other failure of the connection
+    (refused, dropped, a stream cut midway) its 502 ``upstream_connection_error``, as on the
+    LiteLLM path."""
+    if isinstance(exc, GatewayError):
+        return exc
+    if isinstance(exc, TimeoutError):
+        return map_error(TimeoutError())
+    return map_error(ConnectionError(type(exc).__name__))
