@@ -67,6 +67,10 @@ class Metrics:
         self.resets = Counter("mixpr_resets", "Multi-turn requests with a reset since the previous "
                               "request (their older messages compressed harder: one cache miss)",
                               ["model"], registry=r)
+        self.reset_saving = Counter("mixpr_reset_saving", "Resets' saving in input tokens' worth: expected "
+                                    "(over the turns to come, less the cache write, when made) and "
+                                    "realised (cache reads each later request saves)", ["model", "kind"],
+                                    registry=r)
         self.new_forms = Counter("mixpr_message_forms", "Message forms computed (found neither in the "
                                  "instance's cache nor in the replicas' shared one)", ["model"], registry=r)
         self.form_cache = Counter("mixpr_form_cache", "Message forms (with evidence blocks and token "
@@ -123,6 +127,10 @@ class Metrics:
             kind = "appended" if outcome.reused_tokens else "compressed"
         self.prefix_turns.labels(model, kind).inc()
         self.prefix_reused_tokens.labels(model).inc(outcome.reused_tokens)
+        if outcome.reset_saving is not None:
+            expected, realised = outcome.reset_saving
+            self.reset_saving.labels(model, "expected").inc(max(0.0, expected))
+            self.reset_saving.labels(model, "realised").inc(realised)
 
     def record_usage(self, model: str, usage: dict[str, Any] | None) -> None:
         """The upstream's prompt-cache accounting, OpenAI's or Anthropic's names."""

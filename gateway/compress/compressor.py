@@ -81,6 +81,10 @@ class Outcome:
     reuse_basis: str = "none"  # how reused_tokens is known: remembered, recomputed or none
     resets: int = 0  # reset points in the conversation so far
     max_tokens: tuple[int, int] | None = None  # (asked, sent) when the reply's limit was lowered (core.reply)
+    # Resets, in input tokens' worth: what the resets made for this request are expected to save over
+    # the turns to come, less their cache write, and the cache reads this request saves by all resets
+    # so far (the prompt at first-sight forms less the prompt sent, at the cache-read price).
+    reset_saving: tuple[float, float] | None = None
 
 
 class Compressor:

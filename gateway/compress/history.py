@@ -38,7 +38,7 @@ from gateway.compress.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.counts import counts
 from gateway.compress.plan import Plan, Request, rest
-from gateway.compress.room import CAP_SHARE, room
+from gateway.compress.room import CAP_SHARE, DEFAULT_PRICES, room
 from gateway.compress.sent import REMEMBERED_BYTES, Sent, chain, digest
 from gateway.compress.shared_forms import FormStore, SharedForms
 from gateway.errors import ContextLengthExceeded, Overloaded
@@ -127,10 +127,12 @@ class History:
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
                                                                    wide, reach.user(i)),
             snapshot_at=previous, limit=space.limit,
-            pays=None if space.prices is None else lambda i, before, after: space.pays(reach.turns(i), before,
-                                                                                       after))
+            worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
+            gated=space.gated)
         sent = assemble(plan, scanned.levels)
-        return report.outcome(plan, scanned, sent, previous, model_name, self.sent)
+        prices = space.prices or DEFAULT_PRICES
+        return report.outcome(plan, scanned, sent, previous, model_name, self.sent,
+                              prices.cache_read / prices.input)
 
     def _first_sight(self, plan: Plan, bridge: Bridge, room: int) -> list[int]:
         """Every message's tokens at its first-sight form (computed only once the scan needs them: a

@@ -19,7 +19,7 @@ ORIGINAL = resets.ORIGINAL
 
 
 def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,
-            model_name: str, memory: Sent) -> Outcome:
+            model_name: str, memory: Sent, read: float = 0.1) -> Outcome:
     """What is sent for ``plan`` at the scan's levels (``sent``), with its report; ``memory``: what
     this instance sent for earlier requests (updated with this one)."""
     request = plan.request
@@ -43,7 +43,18 @@ def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previo
     return Outcome(sent, action, original, final, "forms" if action == "compressed" else None,
                    budget=target.tokens(scanned.total - plan.constant), room=target.limit,
                    reused_tokens=target.tokens(kept), reset=reset, new_forms=plan.new_forms,
-                   reuse_basis=basis, resets=len(scanned.points))
+                   reuse_basis=basis, resets=len(scanned.points),
+                   reset_saving=saving(plan, scanned, previous, read) if scanned.points else None)
+
+
+def saving(plan: Plan, scanned: resets.Scan, previous: int, read: float) -> tuple[float, float]:
+    """The resets' report (``Outcome.reset_saving``): expected, of the resets made since the previous
+    request; realised, the cache reads this request saves by every reset so far (``read``: the
+    cache-read price over the input price)."""
+    target = plan.request.target
+    expected = sum(worth for point, worth in scanned.expected.items() if point > previous)
+    formed = plan.constant + sum(plan.size(j, resets.FIRST_SIGHT) for j in range(len(scanned.levels)))
+    return target.tokens(expected), read * target.tokens(max(0, formed - scanned.total))
 
 
 def fallback(plan: Plan, problems: list[str], original: int, final: int) -> Outcome:

@@ -36,9 +36,9 @@ FIT_TRIES = 3  # a cut that must fit the room is asked again for less at most th
 Movable = Callable[[int, int, Sequence[Level], bool], int]
 # A reset at ``i`` over ``[0, end)`` within ``budget`` tokens: the new size of each message it cut.
 Recut = Callable[[int, int, int, Sequence[Level], bool], dict[int, int]]
-# Whether a reset at ``i`` that brings the total from ``before`` to about ``after`` pays for its cache
-# write over the turns the conversation can expect (cost mode); None: the room forces every reset.
-Pays = Callable[[int, int, int], bool]
+# What a reset at ``i`` that brings the total from ``before`` to about ``after`` is expected to save
+# over the turns the conversation can expect, less its cache write, in input tokens' worth.
+Worth = Callable[[int, int, int], float]
 RECONSIDER = 1.1  # a reset that did not pay is weighed again once the total has grown by this factor
 
 
@@ -51,6 +51,7 @@ class Scan:
     points: list[int] = field(default_factory=list)
     snapshot: list[Level] | None = None
     total: int = 0
+    expected: dict[int, float] = field(default_factory=dict)  # reset point -> its expected saving
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,12 @@ class Sizes:
 
 def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
          older_end: Callable[[int], int], last_end: Callable[[int], int], movable: Movable,
-         recut: Recut, snapshot_at: int = -1, limit: int | None = None, pays: Pays | None = None) -> Scan:
+         recut: Recut, snapshot_at: int = -1, limit: int | None = None, worth: Worth | None = None,
+         gated: bool = False) -> Scan:
     """Levels for every message, within ``limit`` (default ``room``) if resets can make it fit.
     Past ``room``, a reset at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it
-    (``fixed``: the tokens it cannot cut), if it ``pays`` (always while over ``limit``); when that is
+    (``fixed``: the tokens it cannot cut); ``gated``, only when its ``worth`` is positive (always
+    while over ``limit``); each reset's worth is kept in ``Scan.expected``. When that is
     not enough to fit ``limit``, ``[0, last_end(i))`` (the newest turn too) only as far as it needs,
     and when even that is not enough, short texts too (a window that small, or a long chat of short
     lines, leaves no choice), to the same share and at most the limit."""
@@ -91,10 +94,10 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
             if not switched:
                 switched, formed = True, list(sizes.first_sight())
                 _switch(result, current, formed, i)
-            forced = pays is None or result.total > limit
+            forced = not gated or result.total > limit
             if forced or result.total > weighed * RECONSIDER:
                 if not _reset(result, current, i, older_end(i), share, movable, recut,
-                              pays=None if forced else functools.partial(pays, i)):
+                              worth=None if worth is None else functools.partial(worth, i), gated=not forced):
                     weighed = result.total
         if result.total > limit:  # the newest turn too, cut only as far as the limit needs
             _reset(result, current, i, last_end(i), lambda fixed: limit - fixed, movable, recut, limit)
@@ -119,9 +122,10 @@ def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None
 
 def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[int], int],
            movable: Movable, recut: Recut, room: int | None = None, *, wide: bool = False,
-           pays: Callable[[int, int], bool] | None = None) -> bool:
+           worth: Callable[[int, int], float] | None = None, gated: bool = False) -> bool:
     """Cut ``[0, end)`` again, once, within what ``share`` leaves it; not a reset when that saves
-    nothing, or when ``pays`` (given the total before and about after) says it would not pay. With
+    nothing, or, ``gated``, when its ``worth`` (given the total before and about after) is not
+    positive. With
     ``room``: the cut must fit it, so a cut that comes out larger than asked (its markers and
     placeholders are counted after the fact) is asked again for less. Whether it reset."""
     if end <= 0:
@@ -130,7 +134,8 @@ def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[
     budget = max(0, share(result.total - pool))
     if pool <= budget:
         return False
-    if pays is not None and not pays(result.total, result.total - pool + budget):
+    expected = worth(result.total, result.total - pool + budget) if worth is not None else None
+    if gated and expected is not None and expected <= 0:
         return False
     for _ in range(FIT_TRIES if room is not None else 1):
         sizes = recut(i, end, budget, result.levels, wide)
@@ -146,6 +151,8 @@ def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[
     result.total -= saved
     if not result.points or result.points[-1] != i:
         result.points.append(i)
+    if expected is not None:
+        result.expected[i] = result.expected.get(i, 0.0) + expected
     return True
 
 

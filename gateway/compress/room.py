@@ -15,6 +15,8 @@ from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
 from gateway.prices import Prices, prices_for
 
+DEFAULT_PRICES = Prices(1.0, 0.1, 1.25, "default")  # a room made without a model's prices
+
 CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
 
 
@@ -29,20 +31,24 @@ class Room:
     fill: float
     cap: int
     limit: int = 0  # what must fit whatever it costs: the window less the reply (counted tokens)
-    prices: Prices | None = None  # cost mode: a reset past ``at`` is made only when it pays
+    prices: Prices | None = None  # the model's: what a reset is worth
+    gated: bool = False  # cost mode: a reset past ``at`` is made only when it pays
     horizon: float = 1.0  # the turns a conversation can expect: this times the turns it has had
 
-    def pays(self, turns: int, before: int, after: int) -> bool:
-        """Whether a reset that brings ``before`` prompt tokens to ``after``, after ``turns`` turns,
-        pays: the next request writes ``after`` tokens to the cache where it would have read
-        ``before``, and each turn after it reads ``after`` where it would have read ``before``. The
-        conversation is expected to go on for ``horizon`` times the turns it has had (the longer it
-        has run, the longer it tends to run)."""
-        if self.prices is None:
-            return True
-        read, write = self.prices.cache_read, self.prices.cache_write
+    def worth(self, turns: int, before: int, after: int) -> float:
+        """What a reset that brings ``before`` prompt tokens to ``after``, after ``turns`` turns, is
+        expected to save, in input tokens' worth: each later turn reads ``after`` where it would have
+        read ``before``, but the next request writes ``after`` to the cache where it would have read
+        ``before``. The conversation is expected to go on for ``horizon`` times the turns it has had
+        (the longer it has run, the longer it tends to run)."""
+        prices = self.prices or DEFAULT_PRICES
+        read, write = prices.cache_read / prices.input, prices.cache_write / prices.input
         later = self.horizon * turns
-        return later * read * (before - after) > write * after - read * before
+        return later * read * (before - after) - (write * after - read * before)
+
+    def pays(self, turns: int, before: int, after: int) -> bool:
+        """Whether that reset pays (always, where no prices gate resets: the window decides)."""
+        return not self.gated or self.worth(turns, before, after) > 0
 
     def share(self, fixed: int) -> int:
         """What a reset leaves the text it may cut, given the ``fixed`` tokens it cannot."""
@@ -64,9 +70,12 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
         # A first-sight form keeps what the budget keeps: a pasted document's form is then what its
         # question was sent with when it came alone (compressed whole, to the budget).
         cap = target.counted(min(int(asked), top))
+        prices = prices_for(target.model)
         if control.enabled is True:  # asked for by the request: the budget is a bound, not a price
-            return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE), target.counted(top))
+            return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE), target.counted(top),
+                        prices)
         return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE),
-                    target.counted(target.limit), prices_for(target.model), settings.prefix.reset_horizon)
+                    target.counted(target.limit), prices, gated=True, horizon=settings.prefix.reset_horizon)
     limit = target.counted(top)
-    return Room(limit, None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE), limit)
+    return Room(limit, None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE), limit,
+                prices_for(target.model))

@@ -242,8 +242,16 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-new-forms": str(outcome.new_forms),
         "x-mixpr-resets": str(outcome.resets),
         "x-mixpr-reset": "true" if outcome.reset else "false",
+        **_reset_saving(outcome.reset_saving),
         **reply.header(outcome.max_tokens),
     }
+
+
+def _reset_saving(saving: tuple[float, float] | None) -> dict[str, str]:
+    """``expected=E; realised=R``: input tokens' worth (``Outcome.reset_saving``), when there was a reset."""
+    if saving is None:
+        return {}
+    return {"x-mixpr-reset-saving": f"expected={saving[0]:.0f}; realised={saving[1]:.0f}"}
 
 
 def _with_count(outcome: Outcome, exact: int | None) -> Outcome:

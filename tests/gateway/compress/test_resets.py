@@ -55,7 +55,8 @@ def test_a_reset_that_does_not_pay_waits_and_the_window_still_forces_one() -> No
             share=lambda fixed: 1000 - fixed, older_end=lambda i: i, last_end=lambda i: i,
             movable=lambda i, end, levels, wide: sum(sizes[1:end]) if all(
                 level == resets.FIRST_SIGHT for level in levels[1:end]) else 900,
-            recut=recut, limit=limit, pays=pays)
+            recut=recut, limit=limit, worth=lambda i, before, after: 1.0 if pays(i, before, after) else -1.0,
+            gated=True)
 
     asked: list[int] = []
     never = run(lambda i, before, after: asked.append(i) is not None, limit=100_000)
@@ -71,12 +72,13 @@ def test_a_reset_pays_by_the_models_cache_prices() -> None:
     from gateway.compress.room import Room
     from gateway.prices import Prices
 
-    anthropic = Room(16_000, 8_000, 0.6, 8_000, 1_000_000, Prices(1.0, 0.1, 1.25, "default"), 1.0)
+    anthropic = Room(16_000, 8_000, 0.6, 8_000, 1_000_000, Prices(1.0, 0.1, 1.25, "default"), gated=True)
     # 60k of cached prefix cut to 8k: each later turn reads 52k fewer (5.2 a turn), the rewrite costs
     # 1.25 * 8k - 0.1 * 60k = 4: it pays after one turn of the conversation's expected future.
     assert anthropic.pays(turns=10, before=60_000, after=8_000)
     assert not anthropic.pays(turns=0, before=60_000, after=8_000)
     # 18k cut to 12k after 5 turns: 5 * 0.6 = 3 < 1.25 * 12k - 1.8k = 13.2: it does not pay.
     assert not anthropic.pays(turns=5, before=18_000, after=12_000)
-    window = Room(16_000, None, 0.6, 9_600, 16_000)
-    assert window.pays(turns=0, before=18_000, after=12_000)  # no prices: the window decides
+    assert anthropic.worth(turns=10, before=60_000, after=8_000) == 10 * 0.1 * 52_000 - (10_000 - 6_000)
+    window = Room(16_000, None, 0.6, 9_600, 16_000, Prices(1.0, 0.1, 1.25, "default"))
+    assert window.pays(turns=0, before=18_000, after=12_000)  # not gated: the window decides

@@ -58,7 +58,7 @@ def _loop(steps: int) -> list[dict[str, Any]]:
 
 
 def _requests(conversations: list[list[dict[str, Any]]], settings: MixprSettings, control: Control,
-              window: int = 32_000) -> list[Outcome]:
+              window: int = 32_000, model: str = "gpt-4o-mini") -> list[Outcome]:
     """Each request of a conversation prepared in turn by one History, in this process."""
 
     async def main() -> list[Outcome]:
@@ -66,7 +66,7 @@ def _requests(conversations: list[list[dict[str, Any]]], settings: MixprSettings
         compressor = Compressor(workers, route_cache_size=16)
         await compressor.start(with_router=False)
         history = History(compressor, cache_bytes=64 * 1024 * 1024)
-        target = Target("gpt-4o-mini", window, 1024)
+        target = Target(model, window, 1024)
         try:
             return [await history.prepare(Request(messages, None, target, settings, control, None))
                     for messages in conversations]
@@ -201,3 +201,26 @@ def test_a_reset_pays_for_the_questions_it_keeps() -> None:
         cut = recut.recut_job(pieces, TASK, budget, "gpt-4o-mini")
         assert all(text.endswith(question) for text, _ in cut[:3])
         assert sum(tokens for _, tokens in cut) <= budget + 50, budget
+
+
+def test_cost_mode_resets_only_where_they_pay_and_reports_the_saving() -> None:
+    """Past the trigger a cost-mode reset is made when its saving over the turns to come pays for
+    the cache write: with no future counted (reset_horizon 0) fewer resets than with five times
+    the turns so far, and every reset reports what it is expected to save; later requests report
+    the cache reads the resets save them (x-mixpr-reset-saving)."""
+    loop = _loop(10)
+    requests = [loop[: 2 + 2 * step] for step in range(1, 11)]
+
+    def run(horizon: float) -> list[Outcome]:
+        settings = MixprSettings(router="heuristic", compress_above_tokens=3000, budget_tokens=1500,
+                                 prefix={"reset_horizon": horizon, "first_sight": "always"})
+        # Anthropic's prices: a cache write costs 1.25x, a read 0.1x (gateway.prices).
+        return _requests(requests, settings, Control(), window=200_000, model="anthropic/claude-3-5-haiku")
+
+    eager, patient = run(5.0), run(0.0)
+    assert sum(o.reset for o in patient) < sum(o.reset for o in eager)
+    made = [o for o in eager if o.reset]
+    assert made and all(o.reset_saving is not None and o.reset_saving[0] > 0 for o in made)
+    later = [o for o in eager[eager.index(made[0]) + 1:] if not o.reset]
+    assert later and all(o.reset_saving is not None and o.reset_saving[1] > 0 for o in later)
+    assert all(o.final_tokens < 200_000 for o in patient)
