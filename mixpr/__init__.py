@@ -27,8 +27,9 @@ __all__ = ["KINDS", "ROUTES", "Compressed", "compress", "count_tokens", "engine"
 # Between the text and a question given apart: a blank line, so the question is its own paragraph.
 _GAP = "\n\n"
 # Tokens can merge across the seam between the text and the question, so the text's share of the
-# budget is checked after the cut; a few rounds always land within it.
-_FIT_ROUNDS = 3
+# budget is checked after the cut; each round asks
+# for less by a growing multiple of the excess, and lands within it in a few.
+_FIT_ROUNDS = 6
 
 
 def compress(
@@ -103,7 +104,7 @@ def _with_question(text, question, budget_tokens, top_k, route, ask_llm, model) 
     joined = f"{text}{_GAP}{question}"
     asked_tokens = count_tokens(_GAP + question, model)
     asked = None if top_k is not None else budget_tokens + asked_tokens
-    for _ in range(_FIT_ROUNDS):
+    for attempt in range(1, _FIT_ROUNDS + 1):
         found = engine.compress(
             joined, budget_tokens=asked, top_k=top_k, route=route, ask_llm=ask_llm, model=model,
             boundaries=(len(text),), original_tokens=tokens + asked_tokens,
@@ -114,7 +115,7 @@ def _with_question(text, question, budget_tokens, top_k, route, ask_llm, model) 
         kept_tokens = count_tokens(kept, model)
         if top_k is not None or kept_tokens <= budget_tokens:
             break
-        asked -= kept_tokens - budget_tokens
+        asked -= (kept_tokens - budget_tokens) * attempt
     asked_chunks = len(found.spans) - len(spans)
     stats = {**found.stats, "original_tokens": tokens, "kept_tokens": kept_tokens, "kept_chunks": len(spans),
              "original_chunks": found.stats["original_chunks"] - asked_chunks}  # fmt: skip
