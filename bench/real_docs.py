@@ -150,7 +150,7 @@ def _bm25_scores(text: str, question_start: int) -> tuple[Chunks, np.ndarray, np
 
 
 def kept_spans(method: str, case: Case | real_sets.Case, budget: int) -> list[tuple[int, int]]:
-    from mixpr import compress
+    from mixpr.engine import compress
 
     sent = getattr(case, "query_span", None)  # a chat sent as messages: the gateway's structure
     question_start = sent[0] if sent else len(case.text) - len(case.question)

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from bench.data import data_dir
-from mixpr import compress
+from mixpr.engine import compress
 from mixpr.kinds import resolve
 from mixpr.tokens import count_tokens
 

@@ -8,7 +8,16 @@ Start it with ``mixpr-gateway --config config.yaml`` or build the app in code::
 
 from __future__ import annotations
 
+import importlib.util
 import os
+
+# `pip install mixpr-gateway` installs the library alone; the gateway's packages are its extra.
+_NEEDS = {"fastapi": "fastapi", "litellm": "litellm", "uvicorn": "uvicorn", "yaml": "PyYAML",
+          "pydantic": "pydantic"}
+_MISSING = [name for module, name in _NEEDS.items() if importlib.util.find_spec(module) is None]
+if _MISSING:
+    raise ImportError(f"the gateway needs its extra: pip install 'mixpr-gateway[gateway]' "
+                      f"(missing: {', '.join(_MISSING)}); the mixpr library works without it")
 
 # LiteLLM fetches its model cost map from the internet at import time, and tiktoken downloads
 # its BPE files on first use; both must be pointed at local copies before either is imported.

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from mixpr import METHODS, ROUTES, compress
+from mixpr.engine import METHODS, ROUTES, compress
 
 
 class _OneLineParser(argparse.ArgumentParser):

@@ -1,9 +1,11 @@
 """Offline tiktoken encodings, chosen by model name.
 
-tiktoken downloads its BPE files on first use, which fails on machines without
-internet. litellm ships cl100k_base, o200k_base and p50k_base, so when
-litellm is installed we point ``TIKTOKEN_CACHE_DIR`` at its copy before
-tiktoken loads anything. We locate the folder without importing litellm.
+tiktoken downloads its BPE files on first use, which fails on machines without internet. So
+before tiktoken loads anything, ``TIKTOKEN_CACHE_DIR`` (when the caller has not set it) points at
+a local copy: LiteLLM's, when LiteLLM is installed (the gateway: it also has p50k_base), else the
+library's own (``mixpr/tokenizers/``: cl100k_base and o200k_base, the encodings of every current
+OpenAI model and the default for the rest). We locate LiteLLM's folder without importing it.
+An older encoding (r50k_base, p50k_base without LiteLLM) is still downloaded by tiktoken on first use.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ import functools
 import importlib.util
 import os
 from pathlib import Path
+
+# Named as tiktoken's cache names them: the SHA-1 of the file's download address.
+BUNDLED = Path(__file__).resolve().parent / "tokenizers"
 
 
 def _litellm_tokenizers_dir() -> str | None:
@@ -23,9 +28,7 @@ def _litellm_tokenizers_dir() -> str | None:
 
 
 if "TIKTOKEN_CACHE_DIR" not in os.environ:
-    _folder = _litellm_tokenizers_dir()
-    if _folder:
-        os.environ["TIKTOKEN_CACHE_DIR"] = _folder
+    os.environ["TIKTOKEN_CACHE_DIR"] = _litellm_tokenizers_dir() or str(BUNDLED)
 
 import tiktoken  # noqa: E402  (must load after TIKTOKEN_CACHE_DIR is set)
 

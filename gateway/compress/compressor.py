@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import mixpr
+import mixpr.engine
 from gateway.compress import conversation, policy
 from gateway.compress.policy import Control, Target
 from gateway.compress.route_cache import RouteCache
@@ -342,7 +342,7 @@ def compress_job(
     """One MixPR call, in a worker; picklable arguments in, spans and stats out."""
     _hold_for_tests()
     ask = functools.partial(_ask_router, router) if router else None
-    result = mixpr.compress(text, budget_tokens=budget_tokens, route=route, ask_llm=ask, method=method,
+    result = mixpr.engine.compress(text, budget_tokens=budget_tokens, route=route, ask_llm=ask, method=method,
                             model=model, boundaries=boundaries, original_tokens=original_tokens,
                             query_span=query_span)
     return result.spans, result.stats

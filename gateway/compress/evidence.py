@@ -15,7 +15,7 @@ import math
 import re
 from collections import Counter
 
-import mixpr
+import mixpr.engine
 from mixpr.tokens import count_tokens
 
 OPEN = "<earlier_context note=\"passages from earlier in this conversation, not repeated above\">"
@@ -33,7 +33,7 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None) -
     joined = SEPARATOR.join([*texts, question])
     starts = _starts(texts)
     asked = cap + count_tokens(question, model)
-    result = mixpr.compress(joined, budget_tokens=asked, route="local", model=model,
+    result = mixpr.engine.compress(joined, budget_tokens=asked, route="local", model=model,
                             boundaries=[*starts, starts[-1] + len(texts[-1])],
                             query_span=(len(joined) - len(question), len(joined)))
     passages = _relevant(_passages(result.spans, texts, starts), question)

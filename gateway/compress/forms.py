@@ -29,7 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
-import mixpr
+import mixpr.engine
 from gateway.compress import messages as shape
 from gateway.config import Prefix
 from mixpr.tokens import count_tokens
@@ -191,7 +191,7 @@ def placeholder(piece: Piece) -> str:
 
 
 def _compressed(text: str, asked: int, query: str, source: str | None, model: str | None) -> str:
-    return mixpr.compress(text, budget_tokens=max(1, asked), kind="auto", query=query, source=source,
+    return mixpr.engine.compress(text, budget_tokens=max(1, asked), kind="auto", query=query, source=source,
                           model=model).text
 
 
@@ -253,7 +253,7 @@ def _with_question(text: str, asked: int, model: str | None) -> str:
     if not body:
         return text
     joined = f"{body}\n\n{question}"
-    return mixpr.compress(joined, budget_tokens=max(1, asked), route="heuristic", model=model,
+    return mixpr.engine.compress(joined, budget_tokens=max(1, asked), route="heuristic", model=model,
                           query_span=(len(joined) - len(question), len(joined))).text
 
 

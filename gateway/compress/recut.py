@@ -1,7 +1,7 @@
 """A reset's cut: the older messages' long texts, compressed together for the task under one budget.
 
 Every long piece of the older part (tool outputs, the agent's long words, a pasted document over
-what fits) is one part of a single MixPR run (``mixpr.compress(..., parts=)``): each cut by its
+what fits) is one part of a single MixPR run (``mixpr.engine.compress(..., parts=)``): each cut by its
 content kind, all ranked in one graph by personalised PageRank from the query (the task in the
 user's words and what the agent is doing now, ``gateway.compress.task``), the best blocks kept
 across the span. So an output the task names keeps its lines, and outputs nobody needs give it their
@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import mixpr
+import mixpr.engine
 from gateway.compress import forms, task
 from mixpr.tokens import count_tokens
 
@@ -63,8 +63,9 @@ def _ranked(pieces: list[forms.Piece], split: list[_Parts], query: str, asked: i
     texts = [text for parts in split for text in parts.texts]
     titles = [piece.title for piece, parts in zip(pieces, split, strict=True) for _ in parts.texts]
     ends = list(itertools.accumulate(len(text) for text in texts))
-    kept = iter(mixpr.compress("".join(texts), budget_tokens=asked, kind="auto", query=query, model=model,
-                               parts=list(zip(ends, titles, strict=True))).parts if texts else [])
+    kept = iter(mixpr.engine.compress("".join(texts), budget_tokens=asked, kind="auto", query=query,
+                                      model=model, parts=list(zip(ends, titles, strict=True))).parts
+                if texts else [])
     return {k: [next(kept) for _ in parts.texts] for k, parts in zip(offset, split, strict=True)}
 
 

@@ -163,7 +163,7 @@ def _failing_compress(*args: object, **kwargs: object) -> None:
 def test_compression_failure_forwards_the_original_when_it_fits(
     thread_gateway_url: str, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.compress.compressor.mixpr.compress", _failing_compress)
+    monkeypatch.setattr("gateway.compress.compressor.mixpr.engine.compress", _failing_compress)
     upstream.clear()
     messages = [{"role": "user", "content": haystack(60, seed=8) + "\n\n" + QUESTION}]
     client = openai.OpenAI(base_url=thread_gateway_url + "/v1", api_key=MASTER_KEY, max_retries=0)
@@ -177,7 +177,7 @@ def test_compression_failure_forwards_the_original_when_it_fits(
 def test_compression_failure_on_a_prompt_that_cannot_fit(
     thread_gateway_url: str, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.compress.compressor.mixpr.compress", _failing_compress)
+    monkeypatch.setattr("gateway.compress.compressor.mixpr.engine.compress", _failing_compress)
     upstream.clear()
     messages = _long_messages(seed=9)
     response = httpx.post(thread_gateway_url + "/v1/chat/completions",

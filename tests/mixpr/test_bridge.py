@@ -1,8 +1,9 @@
 import numpy as np
 
-from mixpr import _counts, bridge, compress
+from mixpr import bridge
 from mixpr.chunking import chunk_text
 from mixpr.embedding import bm25
+from mixpr.engine import _counts, compress
 from mixpr.lexical import query_vector
 from mixpr.query import query_weights
 

@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-import mixpr
-from mixpr import compress
+import mixpr.engine
+from mixpr.engine import compress
 from mixpr.tokens import count_tokens
 
 from .filler import haystack, sentences
@@ -24,7 +24,7 @@ def needle_prompt(count=3000, at=1234, seed=0):
 
 
 def test_public_names_are_pinned():
-    assert mixpr.__all__ == ["METHODS", "ROUTES", "Compressed", "compress"]
+    assert mixpr.engine.__all__ == ["METHODS", "ROUTES", "Compressed", "assemble", "compress", "join_spans"]
 
 
 def test_keeps_needle_and_question_within_budget():

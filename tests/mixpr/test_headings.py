@@ -1,8 +1,8 @@
 import numpy as np
 
-from mixpr import _counts
 from mixpr.chunking import chunk_text
 from mixpr.embedding import bm25
+from mixpr.engine import _counts
 from mixpr.headings import heading_texts
 from mixpr.lexical import lexical_scores
 from mixpr.query import query_weights

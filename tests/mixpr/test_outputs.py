@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mixpr import compress
+from mixpr.engine import compress
 from mixpr.tokens import count_tokens
 
 from .filler import haystack

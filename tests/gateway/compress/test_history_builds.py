@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from redis_server import RedisServer
 
-import mixpr
+import mixpr.engine
 from gateway.app import freeze_startup_objects
 from gateway.compress import checks, forms, shared_forms
 from gateway.compress.compressor import Compressor, Outcome
@@ -83,7 +83,7 @@ def test_a_deeply_nested_output_or_argument_keeps_the_conversation_on_forms() ->
 
 
 def test_the_library_reads_a_deeply_nested_text_as_text() -> None:
-    result = mixpr.compress(DEEP + "\n" + _listing(0), budget_tokens=200, kind="auto")
+    result = mixpr.engine.compress(DEEP + "\n" + _listing(0), budget_tokens=200, kind="auto")
     assert 0 < len(result.text) < len(DEEP)
 
 

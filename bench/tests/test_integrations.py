@@ -1,0 +1,30 @@
+"""bench.integrations' own parts: the passages it cuts, its BM25 compressors' budget and order, its rule."""
+
+from bench import integrations
+from mixpr.tokens import count_tokens
+
+
+def test_passages_cut_at_blank_lines_and_map_back():
+    text = "\n\n".join(f"Paragraph {i}. " + "word " * 100 for i in range(12))
+    documents, starts = integrations.passages(text)
+    assert len(documents) > 1 and all(len(d) >= integrations.PASSAGE_CHARS for d in documents[:-1])
+    for document, start in zip(documents, starts, strict=True):
+        assert text[start : start + len(document)] == document
+
+
+def test_bm25_keeps_the_matching_chunks_within_the_budget_in_order():
+    texts = [" ".join(f"Filler sentence {i} about rivers and stones." for i in range(60)) for _ in range(4)]
+    texts[2] = texts[2].replace("Filler sentence 30 about", "The vault code 4417 is kept about")
+    kept = integrations.bm25_keep(texts, "What is the vault code?", 80)
+    assert sum(count_tokens(k.text) for k in kept) <= 80
+    assert "vault code 4417" in kept[2].text
+    for k in kept:
+        assert k.spans == sorted(k.spans)
+
+
+def test_evidence_rule():
+    case = integrations.Case("x", 0, "q", ("abcdefghij", "klmnop"), ((0, 0, 10), (1, 0, 5)), "all")
+    assert integrations.evidence_kept(case, {0: [[0, 10]], 1: [[0, 5]]})
+    assert not integrations.evidence_kept(case, {0: [[0, 10]]})
+    anyone = integrations.Case("x", 0, "q", case.documents, case.evidence, "any")
+    assert integrations.evidence_kept(anyone, {0: [[0, 9]]})  # 90% of the first is enough

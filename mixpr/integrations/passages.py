@@ -1,0 +1,81 @@
+"""What both integrations do: keep the best chunks of several retrieved texts for one query.
+
+The texts are laid end to end with blank lines between them and the query after them (no chunk
+crosses from one to the next, ``boundaries``), ranked in one MixPR graph and kept within one token
+budget; each text's kept chunks come back in their order, as spans of that text.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mixpr import engine
+from mixpr.tokens import count_tokens
+
+_GAP = "\n\n"
+# Tokens can merge at the seams, so the budget is checked on the kept texts; each round asks for
+# less by a growing multiple of the excess.
+_FIT_ROUNDS = 6
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One text's share: its kept (start, end) spans, their text, and its tokens before and after."""
+
+    spans: list[tuple[int, int]]
+    text: str
+    original_tokens: int
+    kept_tokens: int
+
+    def metadata(self) -> dict:
+        """What the integrations attach to each kept document: what was cut from it."""
+        return {"kept_spans": [list(span) for span in self.spans], "original_tokens": self.original_tokens,
+                "kept_tokens": self.kept_tokens, "cut": self.kept_tokens < self.original_tokens}  # fmt: skip
+
+
+def keep_best(texts: Sequence[str], query: str, *, budget_tokens: int, route: str = "heuristic",
+              model: str | None = None) -> list[Kept]:  # fmt: skip
+    """Each text's kept part (``spans`` empty: nothing of it kept), within ``budget_tokens`` in all."""
+    question = query.strip() if isinstance(query, str) else ""
+    if not question:
+        raise ValueError("MixPR needs the query to rank the documents' chunks; got an empty one")
+    if not isinstance(budget_tokens, int) or budget_tokens < 1:
+        raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
+    tokens = [count_tokens(text, model) for text in texts]
+    if sum(tokens) <= budget_tokens:
+        return [Kept([(0, len(t))] if t else [], t, n, n) for t, n in zip(texts, tokens, strict=True)]
+    starts, at = [], 0
+    for text in texts:
+        starts.append(at)
+        at += len(text) + len(_GAP)
+    body = _GAP.join(texts)
+    joined = f"{body}{_GAP}{question}"
+    asked = budget_tokens + count_tokens(_GAP + question, model)
+    for attempt in range(1, _FIT_ROUNDS + 1):
+        found = engine.compress(joined, budget_tokens=asked, route=route, model=model,
+                                boundaries=[*starts[1:], len(body) + len(_GAP)],
+                                original_tokens=sum(tokens) + count_tokens(_GAP + question, model),
+                                query_span=(len(body) + len(_GAP), len(joined)))  # fmt: skip
+        kept = _split(found.spans, texts, starts, tokens, model)
+        excess = sum(k.kept_tokens for k in kept) - budget_tokens
+        if excess <= 0:
+            break
+        asked -= excess * attempt
+    return kept
+
+
+def _split(spans, texts, starts, tokens, model) -> list[Kept]:
+    """The joined text's kept spans, as each text's own."""
+    own: list[list[tuple[int, int]]] = [[] for _ in texts]
+    for start, end in spans:
+        i = bisect_right(starts, start) - 1
+        stop = min(end, starts[i] + len(texts[i]))
+        if start < stop:  # not the query's, nor a gap's
+            own[i].append((start - starts[i], stop - starts[i]))
+    kept = []
+    for text, found, n in zip(texts, own, tokens, strict=True):
+        part = engine.join_spans(text, found)
+        kept.append(Kept(found, part, n, count_tokens(part, model) if found else 0))
+    return kept

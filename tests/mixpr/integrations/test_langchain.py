@@ -1,0 +1,73 @@
+"""MixPRCompressor against the real langchain-core interface, and inside LangChain's
+ContextualCompressionRetriever (langchain-classic) over an in-memory vector store."""
+
+import asyncio
+
+import pytest
+from langchain_classic.retrievers import ContextualCompressionRetriever
+from langchain_core.documents import BaseDocumentCompressor, Document
+from langchain_core.embeddings import DeterministicFakeEmbedding
+from langchain_core.vectorstores import InMemoryVectorStore
+
+from mixpr.engine import join_spans
+from mixpr.integrations.langchain import MixPRCompressor
+from mixpr.tokens import count_tokens
+
+from .corpus import FACT, HOLDER, QUERY, texts
+
+
+def documents():
+    return [Document(page_content=t, metadata={"source": f"doc-{i}"}, id=str(i))
+            for i, t in enumerate(texts())]
+
+
+def test_documents_with_nothing_kept_are_left_out():
+    kept = MixPRCompressor(budget_tokens=40).compress_documents(documents(), QUERY)
+    assert 0 < len(kept) < len(texts()) and str(HOLDER) in [d.id for d in kept]
+
+
+def test_is_a_langchain_document_compressor():
+    assert isinstance(MixPRCompressor(), BaseDocumentCompressor)
+    with pytest.raises(ValueError):
+        MixPRCompressor(budget_tokens=0)
+
+
+def test_keeps_the_best_chunks_within_the_budget_in_order_and_says_what_was_cut():
+    originals = documents()
+    kept = MixPRCompressor(budget_tokens=300).compress_documents(originals, QUERY)
+    assert any(FACT in d.page_content for d in kept)
+    assert sum(count_tokens(d.page_content) for d in kept) <= 300
+    by_id = {d.id: d for d in originals}
+    ids = [d.id for d in kept]
+    assert ids == sorted(ids, key=int) and str(HOLDER) in ids
+    for doc in kept:
+        original = by_id[doc.id]
+        cut = doc.metadata["mixpr"]
+        assert doc.metadata["source"] == original.metadata["source"]
+        assert join_spans(original.page_content, cut["kept_spans"]) == doc.page_content
+        assert cut["kept_tokens"] == count_tokens(doc.page_content) < cut["original_tokens"] and cut["cut"]
+
+
+def test_documents_that_fit_come_back_whole():
+    short = [Document(page_content="A note. " + FACT), Document(page_content="Another short note.")]
+    kept = MixPRCompressor(budget_tokens=300).compress_documents(short, QUERY)
+    assert [d.page_content for d in kept] == [d.page_content for d in short]
+    assert not any(d.metadata["mixpr"]["cut"] for d in kept)
+
+
+def test_no_documents_and_an_empty_query():
+    assert MixPRCompressor().compress_documents([], QUERY) == []
+    with pytest.raises(ValueError, match="needs the query"):
+        MixPRCompressor(budget_tokens=50).compress_documents(documents(), " ")
+
+
+def test_in_a_contextual_compression_retriever_sync_and_async():
+    store = InMemoryVectorStore(DeterministicFakeEmbedding(size=32))
+    store.add_documents(documents())
+    retriever = ContextualCompressionRetriever(
+        base_compressor=MixPRCompressor(budget_tokens=300),
+        base_retriever=store.as_retriever(search_kwargs={"k": len(texts())}),
+    )
+    for found in (retriever.invoke(QUERY), asyncio.run(retriever.ainvoke(QUERY))):
+        assert any(FACT in d.page_content for d in found)
+        assert sum(count_tokens(d.page_content) for d in found) <= 300

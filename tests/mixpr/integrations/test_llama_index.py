@@ -1,0 +1,71 @@
+"""MixPRNodePostprocessor against the real llama-index-core interface, and in a query engine over a
+VectorStoreIndex with llama-index-core's mock embedding and mock LLM (which echoes its prompt)."""
+
+import pytest
+from llama_index.core import Document, VectorStoreIndex
+from llama_index.core.embeddings import MockEmbedding
+from llama_index.core.llms import MockLLM
+from llama_index.core.postprocessor.types import BaseNodePostprocessor
+from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+
+import mixpr  # noqa: F401  (first: it points tiktoken at local files before llama-index loads it)
+from mixpr.engine import join_spans
+from mixpr.integrations.llama_index import MixPRNodePostprocessor
+from mixpr.tokens import count_tokens
+
+from .corpus import FACT, HOLDER, QUERY, texts
+
+
+def nodes():
+    return [NodeWithScore(node=TextNode(text=t, id_=str(i), metadata={"source": f"doc-{i}"}),
+                          score=1.0 - i / 10) for i, t in enumerate(texts())]  # fmt: skip
+
+
+def test_documents_with_nothing_kept_are_left_out():
+    kept = MixPRNodePostprocessor(budget_tokens=40).postprocess_nodes(nodes(), query_str=QUERY)
+    assert 0 < len(kept) < len(texts()) and str(HOLDER) in [n.node.node_id for n in kept]
+
+
+def test_is_a_llama_index_node_postprocessor():
+    assert isinstance(MixPRNodePostprocessor(), BaseNodePostprocessor)
+    with pytest.raises(ValueError):
+        MixPRNodePostprocessor(budget_tokens=0)
+
+
+def test_keeps_the_best_chunks_within_the_budget_in_order_and_says_what_was_cut():
+    originals = nodes()
+    kept = MixPRNodePostprocessor(budget_tokens=300).postprocess_nodes(originals, query_str=QUERY)
+    texts_kept = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in kept]
+    assert any(FACT in t for t in texts_kept) and sum(count_tokens(t) for t in texts_kept) <= 300
+    ids = [n.node.node_id for n in kept]
+    assert ids == sorted(ids, key=int) and str(HOLDER) in ids
+    by_id = {n.node.node_id: n for n in originals}
+    for found, text in zip(kept, texts_kept, strict=True):
+        original = by_id[found.node.node_id]
+        cut = found.node.metadata["mixpr"]
+        assert found.score == original.score
+        assert found.node.metadata["source"] == original.node.metadata["source"]
+        assert join_spans(original.node.get_content(), cut["kept_spans"]) == text and cut["cut"]
+        # What was cut is for the caller, not for the LLM's prompt or the embedding.
+        assert "mixpr" not in found.node.get_content(metadata_mode=MetadataMode.LLM)
+        assert "mixpr" not in found.node.get_content(metadata_mode=MetadataMode.EMBED)
+    assert originals[HOLDER].node.get_content() == texts()[HOLDER]  # the input nodes are not changed
+
+
+def test_needs_a_query():
+    with pytest.raises(ValueError, match="needs the query"):
+        MixPRNodePostprocessor().postprocess_nodes(nodes())
+    assert MixPRNodePostprocessor().postprocess_nodes([], QueryBundle(QUERY)) == []
+
+
+def test_in_a_query_engine_over_a_vector_store_index():
+    documents = [Document(text=t) for t in texts()]
+    index = VectorStoreIndex.from_documents(documents, embed_model=MockEmbedding(embed_dim=8))
+    # similarity_top_k: every node (the mock embeds them all alike), so the answer's node is among them.
+    engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=100,
+                                   node_postprocessors=[MixPRNodePostprocessor(budget_tokens=300)])
+    response = engine.query(QUERY)
+    context = [n.node.get_content() for n in response.source_nodes]
+    assert any(FACT in c for c in context) and sum(count_tokens(c) for c in context) <= 300
+    assert FACT in str(response)  # MockLLM echoes the prompt: the kept text reached the LLM
+    assert count_tokens(str(response)) < sum(count_tokens(t) for t in texts()) / 4
