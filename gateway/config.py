@@ -72,20 +72,21 @@ class Prefix(_Strict):
     # the trigger in window mode, always with a cost budget (cheaper there, as measured).
     first_sight: Literal["auto", "after_trigger", "always"] = "auto"
     # A tool result or user message over this many tokens gets a compressed form at first sight ...
-    min_tokens: int = Field(1500, ge=1)
+    min_tokens: int = Field(1000, ge=1)
     # ... keeping keep_tokens plus this share of the rest.
     keep_tokens: int = Field(1000, ge=16)
-    keep: float = Field(0.1, ge=0, le=1)
+    keep: float = Field(0.02, ge=0, le=1)
     # The agent's tool-call arguments over twice this many tokens (a file it wrote, a long command)
     # keep this many at first sight, their long strings cut and the JSON valid; 0: kept as written.
-    argument_tokens: int = Field(300, ge=0)
+    argument_tokens: int = Field(100, ge=0)
     # A reset cuts the older messages' long texts again, together, for the task (MixPR), to this share
     # of the room that what it cannot cut leaves (window mode; cost mode: to budget_tokens in all).
     reset_fill: float = Field(0.6, gt=0, le=1)
     # Cost mode: past the trigger, a reset is made only when what it saves in cache reads over the
     # turns the conversation can expect (this times the turns it has had) pays for rewriting the
-    # cached prefix, priced with the model's own prices (gateway.prices); 0: only the window forces one.
-    reset_horizon: float = Field(1.0, ge=0)
+    # cached prefix, priced with the model's own prices (gateway.prices); 0: only one that pays by the
+    # next request alone (it cuts nine tenths), or the window.
+    reset_horizon: float = Field(0.0, ge=0)
     # Texts under this many tokens are never cut by a reset (never worth a placeholder).
     reset_min_tokens: int = Field(200, ge=1)
     # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.
