@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import mixpr
+import mixpr.engine
 from bench.agents import Trajectory, is_strict, message_text, trajectories
 from mixpr import kinds
 
@@ -134,7 +134,7 @@ def run_lines(run: Trajectory) -> Iterator[Line]:
         horizon = nxt[-1] if len(nxt) == MENTION_WINDOW else len(run.messages)
         later = _later_arguments(run, i)
         query = "\n".join((f"{name} {arguments}", said, task))
-        picked = mixpr.compress(text, budget_tokens=PICK_BUDGET, kind="auto", query=query,
+        picked = mixpr.engine.compress(text, budget_tokens=PICK_BUDGET, kind="auto", query=query,
                                 source=_source(arguments)).spans
         fixed = {f"tool: {name or '?'}", f"kind: {kinds.resolve(text, 'auto')}"}
         call_words = _idents(arguments)

@@ -152,6 +152,8 @@ def budget(piece: Piece, tokens: int, settings: Prefix, cap: int) -> int | None:
     above = cap if piece.question else min(settings.min_tokens, cap)
     if not piece.first_sight or tokens <= above:
         return None
+    if piece.question:  # a pasted document keeps what its question alone was compressed to: the cap
+        return cap
     first = min(tokens, cap, int(settings.keep_tokens + settings.keep * (tokens - settings.keep_tokens)))
     return first if first < tokens else None
 

@@ -38,7 +38,7 @@ from gateway.compress.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.counts import counts
 from gateway.compress.plan import Plan, Request, rest
-from gateway.compress.room import CAP_SHARE, DEFAULT_PRICES, room
+from gateway.compress.room import CAP_SHARE, room
 from gateway.compress.sent import REMEMBERED_BYTES, Sent, chain, digest
 from gateway.compress.shared_forms import FormStore, SharedForms
 from gateway.errors import ContextLengthExceeded, Overloaded
@@ -130,9 +130,7 @@ class History:
             worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
             gated=space.gated)
         sent = assemble(plan, scanned.levels)
-        prices = space.prices or DEFAULT_PRICES
-        return report.outcome(plan, scanned, sent, previous, model_name, self.sent,
-                              prices.cache_read / prices.input)
+        return report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0])
 
     def _first_sight(self, plan: Plan, bridge: Bridge, room: int) -> list[int]:
         """Every message's tokens at its first-sight form (computed only once the scan needs them: a

@@ -41,10 +41,15 @@ class Room:
         read ``before``, but the next request writes ``after`` to the cache where it would have read
         ``before``. The conversation is expected to go on for ``horizon`` times the turns it has had
         (the longer it has run, the longer it tends to run)."""
-        prices = self.prices or DEFAULT_PRICES
-        read, write = prices.cache_read / prices.input, prices.cache_write / prices.input
+        read, write = self.ratios()
         later = self.horizon * turns
         return later * read * (before - after) - (write * after - read * before)
+
+    def ratios(self) -> tuple[float, float]:
+        """The cache-read and cache-write prices over the input price (a model priced 0, as some
+        entries are, is weighed at the defaults')."""
+        prices = self.prices if self.prices is not None and self.prices.input > 0 else DEFAULT_PRICES
+        return prices.cache_read / prices.input, prices.cache_write / prices.input
 
     def pays(self, turns: int, before: int, after: int) -> bool:
         """Whether that reset pays (always, where no prices gate resets: the window decides)."""
@@ -71,7 +76,9 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
         # question was sent with when it came alone (compressed whole, to the budget).
         cap = target.counted(min(int(asked), top))
         prices = prices_for(target.model)
-        if control.enabled is True:  # asked for by the request: the budget is a bound, not a price
+        # A budget with no trigger of its own, or asked for by the request, is a bound, not a price:
+        # only past an explicit ``compress_above_tokens`` is a reset weighed against what it costs.
+        if control.enabled is True or settings.compress_above_tokens is None:
             return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE), target.counted(top),
                         prices)
         return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE),

@@ -165,4 +165,4 @@ def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:
     assert forms.budget(piece, 3000, forms.Prefix(argument_tokens=0), cap=8000) is None
     parsed = json.loads(forms.form_job(piece, asked, None)[0])
     kept = parsed["file_text"]
-    assert kept.startswith(long[:250]) and kept.endswith(long[-250:]) and len(kept) < len(long) / 4
+    assert kept.startswith(long[:100]) and kept.endswith(long[-90:]) and len(kept) < len(long) / 4

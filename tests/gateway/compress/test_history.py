@@ -79,7 +79,9 @@ def _config(upstream_url: str) -> dict[str, Any]:
             entry("agent-files", FILES_WINDOW, prefix={}),
             entry("agent-wide", 1_000_000, prefix={}),
             entry("agent-off", 200_000, prefix={"enabled": False}),
-            entry("conv", 100_000, prefix={}, **document),
+            # Resets that pay by a long future (cost mode weighs each against its cache write): the
+            # budget, once full, is made room in by one reset, as these tests follow it.
+            entry("conv", 100_000, prefix={"reset_horizon": 50}, **document),
             entry("conv-today", 100_000, prefix={"enabled": False}, **document),
             entry(
                 "conv-routed",

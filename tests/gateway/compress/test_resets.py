@@ -80,5 +80,8 @@ def test_a_reset_pays_by_the_models_cache_prices() -> None:
     # 18k cut to 12k after 5 turns: 5 * 0.6 = 3 < 1.25 * 12k - 1.8k = 13.2: it does not pay.
     assert not anthropic.pays(turns=5, before=18_000, after=12_000)
     assert anthropic.worth(turns=10, before=60_000, after=8_000) == 10 * 0.1 * 52_000 - (10_000 - 6_000)
+    free = Room(16_000, 8_000, 0.6, 8_000, 1_000_000, Prices(0.0, 0.0, 0.0, "litellm"), gated=True)
+    assert free.worth(turns=10, before=60_000, after=8_000) == anthropic.worth(turns=10, before=60_000,
+                                                                              after=8_000)  # no 0 / 0
     window = Room(16_000, None, 0.6, 9_600, 16_000, Prices(1.0, 0.1, 1.25, "default"))
     assert window.pays(turns=0, before=18_000, after=12_000)  # not gated: the window decides
