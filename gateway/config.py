@@ -141,6 +141,11 @@ class ModelInfo(BaseModel):
     # The longest reply the model gives: what a max_tokens that leaves the prompt no room is lowered
     # to, at most (gateway.core.reply).
     max_output_tokens: int | None = Field(None, ge=1)
+    # The model's prices, in LiteLLM's own keys (its proxy reads the same ones), per token: what
+    # gateway.prices reads before LiteLLM's cost map.
+    input_cost_per_token: float | None = Field(None, ge=0)
+    cache_read_input_token_cost: float | None = Field(None, ge=0)
+    cache_creation_input_token_cost: float | None = Field(None, ge=0)
 
 
 class ModelEntry(_Strict):
@@ -360,9 +365,22 @@ def max_output_tokens(entry: ModelEntry) -> int | None:
 
 def _model_map(entry: ModelEntry) -> dict[str, Any]:
     """LiteLLM's model-map entry for the upstream model ({} for models it does not know)."""
+    return model_map(entry.upstream_model)
+
+
+def model_map(model: str, *, own_entry: bool = False) -> dict[str, Any]:
+    """LiteLLM's model-map entry for an upstream model name ({} for models it does not know).
+
+    ``own_entry``: {} too when LiteLLM has no entry of the model's own in its cost map and made the
+    answer up from the provider's defaults (it gives ``claude-sonnet-4-20250514``, dropped from the
+    map, a 200k window and a price of 0): right for a window, wrong for a price.
+    """
     import litellm  # heavy; only needed once per model at start-up
 
     try:
-        return dict(litellm.get_model_info(entry.upstream_model))
+        info = dict(litellm.get_model_info(model))
     except Exception:  # LiteLLM raises a bare Exception for models it does not know
         return {}
+    if own_entry and info.get("key") not in litellm.model_cost:
+        return {}
+    return info
