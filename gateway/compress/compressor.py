@@ -80,6 +80,7 @@ class Outcome:
     reuse_basis: str = "none"  # how reused_tokens is known: remembered, recomputed or none
     resets: int = 0  # reset points in the conversation so far
     max_tokens: tuple[int, int] | None = None  # (asked, sent) when the reply's limit was lowered (core.reply)
+    shadow: tuple[tuple[str, str], ...] = ()  # observe mode's x-mixpr-shadow* headers (core.shadow)
 
 
 class Compressor:
