@@ -56,10 +56,13 @@ async def as_sent(preparer: Preparer, entry: ModelEntry, call: ChatCall, setting
 
 def unchanged(preparer: Preparer, entry: ModelEntry, call: ChatCall, settings: MixprSettings,
               tokens: int) -> bool:
-    """Whether compress mode would send ``call``'s prompt as it is, known from its count alone: a
-    single question (no earlier turn, so no message forms) at most the trigger, whose reply would not
-    be lowered, for a model without an exact counter (which can make compress mode cut after all)."""
+    """Whether compress mode would send ``call``'s prompt as it is, known from its count alone: one
+    the client sent with compression off, or a single question (no earlier turn, so no message
+    forms) at most the trigger, whose reply would not be lowered, for a model without an exact
+    counter (which can make compress mode cut after all)."""
     name = entry.model_name
+    if call.control.enabled is False:  # the client switched compression off for this request
+        return True
     if any(m.get("role") == "assistant" for m in call.messages) or name in preparer.counters:
         return False
     asked = reply.asked(call.params, settings.completion_reserve_tokens)

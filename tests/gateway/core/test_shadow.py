@@ -128,6 +128,14 @@ def test_short_question_says_up_front_what_compressing_would_send(url: str, upst
     assert observed.headers["x-mixpr-shadow-saving"] == "0"
 
 
+def test_compression_off_for_the_request_is_known_unchanged(url: str, upstream: FakeUpstream) -> None:
+    messages = [*_long(), {"role": "assistant", "content": "No code."}, {"role": "user", "content": "Sure?"}]
+    body = {"model": "observed", "messages": messages}
+    observed, _ = _sent(upstream, url, "/v1/chat/completions", body, OFF)
+    assert observed.headers["x-mixpr-shadow"] == "unchanged"
+    assert observed.headers["x-mixpr-shadow-tokens"] == observed.headers["x-mixpr-original-tokens"]
+
+
 def test_long_prompt_is_computed_after_the_response_and_counted(url: str, upstream: FakeUpstream) -> None:
     computed = '{model="observed",result="computed"}'
     before = _metric(url, f"mixpr_shadow_requests_total{computed}")
