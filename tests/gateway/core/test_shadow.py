@@ -21,6 +21,7 @@ import httpx
 import pytest
 from conftest import MASTER_KEY, SMALL_WINDOW, ServerThread, model
 from corpus import haystack
+from fake_anthropic import FakeAnthropic
 from fake_upstream import FakeUpstream
 
 from gateway import create_app
@@ -36,20 +37,31 @@ OFF = {"x-mixpr-enabled": "false"}
 SHORT = [{"role": "user", "content": "Say hello in one word."}]
 
 
-def _config(upstream: FakeUpstream) -> dict[str, Any]:
+def _config(upstream: FakeUpstream, anthropic_url: str) -> dict[str, Any]:
     small = {"max_input_tokens": SMALL_WINDOW, "input_cost_per_token": 2e-6,
              "cache_read_input_token_cost": 2e-7}
+    claude = {"model": "anthropic/claude-3-5-haiku-20241022", "api_base": anthropic_url, "api_key": "sk-a"}
     return {"model_list": [model("observed", UPSTREAM, upstream.base_url, model_info=small,
                                  mixpr={"mode": "observe"}),
-                           model("plain", UPSTREAM, upstream.base_url, model_info=small)],
+                           model("plain", UPSTREAM, upstream.base_url, model_info=small),
+                           {"model_name": "observed-claude", "litellm_params": claude, "model_info": small,
+                            "mixpr": {"mode": "observe"}},
+                           {"model_name": "plain-claude", "litellm_params": claude, "model_info": small}],
             "mixpr_settings": {"router": "heuristic", "budget_tokens": 800},
             "general_settings": {"master_key": MASTER_KEY, "compression_executor": "thread",
                                  "compression_workers": 1}}
 
 
 @pytest.fixture(scope="module")
-def url(upstream: FakeUpstream) -> Iterator[str]:
-    server = ServerThread(create_app(parse_config(_config(upstream)))).start()
+def anthropic() -> Iterator[FakeAnthropic]:
+    server = FakeAnthropic().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def url(upstream: FakeUpstream, anthropic: FakeAnthropic) -> Iterator[str]:
+    server = ServerThread(create_app(parse_config(_config(upstream, anthropic.url)))).start()
     yield server.url
     server.stop()
 
@@ -109,6 +121,18 @@ def test_upstream_gets_what_it_gets_with_compression_off(url: str, upstream: Fak
     compressed, _ = _sent(upstream, url, path, {"model": "plain", **body, **extra})  # compress mode differs
     if "short" not in kind:
         assert compressed.headers["x-mixpr-action"] == "compressed"
+
+
+def test_anthropic_relay_gets_what_it_gets_with_compression_off(url: str, anthropic: FakeAnthropic) -> None:
+    body = {"messages": [_long()[1]], "system": "Be brief.", "max_tokens": 2500}
+    sent = []
+    for name, headers in (("observed-claude", {}), ("plain-claude", OFF), ("plain-claude", {})):
+        response = httpx.post(url + "/v1/messages", json={"model": name, **body},
+                              headers={**AUTH, **headers}, timeout=60)
+        assert response.status_code == 200, response.text
+        sent.append(anthropic.requests[-1].raw_body)
+    assert sent[0] == sent[1] != sent[2]  # compress mode would have cut it
+    assert response.headers["x-mixpr-action"] == "compressed"
 
 
 def test_no_prompt_cache_key_of_the_gateways(url: str, upstream: FakeUpstream) -> None:
