@@ -5,7 +5,9 @@ the gateway (``python -m gateway``), and this client. Measured:
 
 1. Passthrough overhead at 1 and 32 concurrent clients: a short chat request sent with a plain aiohttp
    POST (what an OpenAI client does) (a) directly to the upstream (the baseline), (b) to the gateway
-   (which relays it as bytes, ``gateway.upstream.chat_relay``), (b') the same as a Responses API request
+   (which relays it as bytes, ``gateway.upstream.chat_relay``), (b'') the same to an observe-mode model
+   (issue 36), and a short conversation to both (whose would-have observe mode computes after each
+   response), with their p50 ratio and added-p50 difference, (b') the same as a Responses API request
    to the gateway (translated to chat, through LiteLLM), (c) to a LiteLLM proxy in front of the same
    upstream (``litellm --config``, skipped with ``--no-proxy``), and (d) with ``litellm.acompletion``
    to the upstream (LiteLLM as a library). Rounds interleaved; p50/p95/p99 and requests/s for each,
@@ -57,6 +59,9 @@ from tests.gateway.corpus import NEEDLE, QUESTION  # noqa: E402
 litellm.suppress_debug_info = True
 
 SHORT = [{"role": "user", "content": "Say hello in one word."}]
+# A short conversation: in observe mode its would-have is computed after each response (sampled).
+CONVERSATION = [*SHORT, {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": "Again, in French."}]
 UPSTREAM_SCRIPT = """
 import sys, time
 sys.path.insert(0, {tests!r})
@@ -95,6 +100,8 @@ def write_config(folder: Path, upstream: str, window: int, executor: str = "proc
     config.write_text(json.dumps({  # JSON is YAML
         "model_list": [
             {"model_name": "echo", "litellm_params": params("echo")},
+            # The same upstream model in observe mode (issue 36): sent as it came, the would-have counted.
+            {"model_name": "observe", "litellm_params": params("echo"), "mixpr": {"mode": "observe"}},
             {"model_name": "big", "litellm_params": params("big"),
              "model_info": {"max_input_tokens": window}},
         ],
@@ -206,6 +213,11 @@ async def passthrough(upstream: str, gateway: str, session: aiohttp.ClientSessio
     responses = json.dumps({"model": "echo", "input": SHORT[0]["content"]}).encode()
     sides = {"direct": post_call(session, upstream + "/chat/completions", payload),
              "gateway": gateway_call(session, gateway, "echo", SHORT),
+             # Observe mode (issue 36): the short question's figures are known up front (unchanged) ...
+             "gateway observe": gateway_call(session, gateway, "observe", SHORT),
+             # ... a conversation's are computed after each response, in the background (sampled).
+             "gateway conv": gateway_call(session, gateway, "echo", CONVERSATION),
+             "gateway observe conv": gateway_call(session, gateway, "observe", CONVERSATION),
              # The Responses API on the same upstream: translated to chat, through LiteLLM (issue 30).
              "gateway responses": post_call(session, gateway + "/v1/responses", responses)}
     if proxy:
@@ -223,7 +235,19 @@ async def passthrough(upstream: str, gateway: str, session: aiohttp.ClientSessio
                               for side, rs in rounds.items()}
     merged["added"] = {side: {k: merged[side][k] - merged["direct"][k] for k in ("p50", "p95", "p99")}
                        for side in sides if side != "direct"}
+    merged["observe"] = observe_vs_passthrough(merged)
     return merged
+
+
+def observe_vs_passthrough(merged: dict[str, Any]) -> dict[str, float]:
+    """Observe mode against compress mode's passthrough, same request: the p50s' ratio and the
+    difference of what each adds over the direct call (issue 36: within 0.2 ms)."""
+    out = {}
+    for plain, observed in (("gateway", "gateway observe"), ("gateway conv", "gateway observe conv")):
+        out[f"{observed} / {plain} p50"] = merged[observed]["p50"] / merged[plain]["p50"]
+        added = merged["added"]
+        out[f"{observed} - {plain} added p50 ms"] = added[observed]["p50"] - added[plain]["p50"]
+    return out
 
 
 PROXY_KEY = "sk-bench-5f0c2a9e7d3b41c8a6e2f9d07b1c3e5a"  # the LiteLLM proxy refuses to start without one
@@ -528,14 +552,16 @@ def _version(name: str) -> str:
 
 def print_passthrough(concurrency: int, r: dict[str, Any]) -> None:
     print(f"\npassthrough, {concurrency} concurrent client(s), {int(r['direct']['n']) * 4} requests per side")
-    print(f"  {'':17} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}   added: {'p50':>7} {'p95':>7} "
+    print(f"  {'':20} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'req/s':>8}   added: {'p50':>7} {'p95':>7} "
           f"{'p99':>7}")
     for side, s in r.items():
-        if side == "added":
+        if side in ("added", "observe"):
             continue
         a = r["added"].get(side)
         added = f"{a['p50']:7.2f} {a['p95']:7.2f} {a['p99']:7.2f}" if a else ""
-        print(f"  {side:17} {s['p50']:8.2f} {s['p95']:8.2f} {s['p99']:8.2f} {s['rps']:8.0f}          {added}")
+        print(f"  {side:20} {s['p50']:8.2f} {s['p95']:8.2f} {s['p99']:8.2f} {s['rps']:8.0f}          {added}")
+    for name, value in r["observe"].items():
+        print(f"  {name}: {value:.3f}")
 
 
 def print_big(r: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from gateway.api import anthropic_messages, guardrail_api, openai_chat, openai_r
 from gateway.api.common import authorize, state
 from gateway.compress.compressor import Compressor
 from gateway.config import GatewayConfig
+from gateway.core.after_response import AfterResponse
 from gateway.core.chat import ChatService
 from gateway.edge import exposure
 from gateway.edge.admission import BodyBytesMiddleware
@@ -166,6 +167,7 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
                        on_shed=state.metrics.shed.labels("body_bytes").inc)
     app.add_middleware(UnexpectedErrors, counter=state.metrics.unexpected_errors, respond=internal_error)
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    app.add_middleware(AfterResponse)  # outermost: deferred work starts once the response is sent
     return app
 
 

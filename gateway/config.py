@@ -21,6 +21,9 @@ log = logging.getLogger("gateway.config")
 ENV_PREFIX = "os.environ/"
 DEFAULT_MAX_INPUT_TOKENS = 8192  # when neither the config nor LiteLLM's model map knows the window
 Route = Literal["auto", "heuristic", "local", "global"]
+# compress: send what the gateway decides; observe: send every request as the client sent it and
+# only count what compressing would have sent and saved (gateway.core.shadow).
+Mode = Literal["compress", "observe"]
 # "auto": keep what the window leaves, up to max_budget_tokens; a number: a cost budget.
 Budget = Annotated[int, Field(ge=16)] | Literal["auto"]
 # Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
@@ -112,6 +115,7 @@ class PrefixOverrides(_Strict):
 class MixprSettings(_Strict):
     """How and when prompts are compressed (global defaults; each model may override any key)."""
 
+    mode: Mode = "compress"
     compress_above_tokens: int | None = Field(None, ge=1)
     budget_tokens: Budget = "auto"
     max_budget_tokens: int = Field(32000, ge=16)  # caps "auto": most models read worse past 32-64k
@@ -131,6 +135,7 @@ class MixprSettings(_Strict):
 class MixprOverrides(_Strict):
     """Per-model overrides: every key of :class:`MixprSettings`, all optional."""
 
+    mode: Mode | None = None
     compress_above_tokens: int | None = Field(None, ge=1)
     budget_tokens: Budget | None = None
     max_budget_tokens: int | None = Field(None, ge=16)
@@ -250,6 +255,9 @@ class GeneralSettings(_Strict):
     form_cache_timeout_ms: int = Field(100, ge=1, le=10_000)
     form_cache_ttl_s: int = Field(24 * 3600, ge=1)  # each entry expires this long after it was written
     form_cache_max_entry_bytes: int = Field(1024 * 1024, ge=1024)  # larger forms stay local
+    # Observe mode: requests whose would-have figures wait to be computed after their response; past
+    # it a request is skipped (counted), so the shadow work never grows with the load.
+    shadow_queue: int = Field(8, ge=1, le=1024)
 
     @field_validator("deployment_secret")
     @classmethod

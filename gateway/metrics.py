@@ -104,6 +104,25 @@ class Metrics:
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",
                                          ["model", "escalated_to"], registry=r)
+        # Observe mode (gateway.core.shadow): what compressing would have sent, next to what was sent.
+        self.shadow_requests = Counter("mixpr_shadow_requests", "Observe-mode requests by result: unchanged "
+                                       "(compressing would send them as they are, known up front), computed "
+                                       "(after the response), refused (compressing would have refused "
+                                       "them), failed", ["model", "result"], registry=r)
+        self.shadow_skipped = Counter("mixpr_shadow_skipped", "Observe-mode requests not computed because "
+                                      "shadow_queue requests were waiting (the figures are a sample)",
+                                      ["model"], registry=r)
+        self.shadow_tokens = Counter("mixpr_shadow_tokens", "Observe mode: prompt tokens as sent (original) "
+                                     "and as compressing would have sent them (would_send)",
+                                     ["model", "kind"], registry=r)
+        self.shadow_cached_tokens = Counter("mixpr_shadow_cached_tokens", "Observe mode: of those, tokens "
+                                            "the provider's prefix cache would serve (the previous turn)",
+                                            ["model", "kind"], registry=r)
+        self.shadow_cost = Counter("mixpr_shadow_cost", "Observe mode: the prompts' price, cache reads and "
+                                   "writes included, as sent (original) and as compressing would have sent "
+                                   "them (would_send); the saving is the difference. prices: litellm (the "
+                                   "model's own, in its currency) or default (input-token units)",
+                                   ["model", "kind", "prices"], registry=r)
 
     def record_chat(self, model: str, action: str, original: int, final: int, route: str | None,
                     compress_ms: float | None) -> None:

@@ -85,6 +85,7 @@ class Outcome:
     # the turns to come, less their cache write, and the cache reads this request saves by all resets
     # so far (the prompt at first-sight forms less the prompt sent, at the cache-read price).
     reset_saving: tuple[float, float] | None = None
+    shadow: tuple[tuple[str, str], ...] = ()  # observe mode's x-mixpr-shadow* headers (core.shadow)
 
 
 class Compressor:

@@ -57,8 +57,10 @@ class ChatService(Preparer):
                                                  timeout=general.request_timeout_s, enabled=general.raw_relay)
         self.betas = Betas(general.anthropic_betas)  # the anthropic-beta flags clients may send upstream
         # Models whose requests get a prompt_cache_key per conversation when the client sent none.
+        # Not in observe mode, whose requests go out exactly as the client sent them.
         self.cache_keyed = {e.model_name for e in self.config.model_list
-                            if general.prompt_cache_key and upstream.is_openai(e.upstream_model)}
+                            if general.prompt_cache_key and upstream.is_openai(e.upstream_model)
+                            and self.settings[e.model_name].mode != "observe"}
         self.cache_salt = cache_key.secret(general.master_key, general.deployment_secret)
 
     async def aclose(self) -> None:

@@ -28,7 +28,8 @@ from gateway.config import (
     max_input_tokens,
     max_output_tokens,
 )
-from gateway.core import model_tokens, reply, self_route
+from gateway.core import model_tokens, observe, reply, self_route
+from gateway.core.shadow import Shadow
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
 from gateway.metrics import Metrics
 from gateway.run import offload
@@ -82,6 +83,7 @@ class Preparer:
                        for m in self.config.model_list}
         self.counters = model_tokens.server_counters(self.config.model_list)
         self.entries = {m.model_name: m for m in self.config.model_list}
+        self.shadow = Shadow(self.config.general_settings.shadow_queue, self.metrics)  # observe mode's work
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         if self.history is None:
             general = self.config.general_settings
@@ -94,6 +96,7 @@ class Preparer:
             await counter.aclose()
         if self.history is not None:
             await self.history.aclose()
+        await self.shadow.aclose()
 
     def entry(self, model: str) -> ModelEntry:
         entry = self.entries.get(model)
@@ -109,9 +112,12 @@ class Preparer:
         entry = self.entry(call.model)
         self.check_available(entry.model_name)
         settings = self.settings[entry.model_name]
-        # Room for the Self-Route instruction that ``run`` may append after compression.
-        added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
-        outcome = await self._prepare(entry, call, settings, call.control, added, prefix=True)
+        if settings.mode == "observe":  # sent as it came; what compressing would do is only counted
+            outcome = await observe.observe(self, entry, call, settings)
+        else:
+            # Room for the Self-Route instruction that ``run`` may append after compression.
+            added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
+            outcome = await self._prepare(entry, call, settings, call.control, added, prefix=True)
         self._record(entry.model_name, outcome, started)
         return outcome
 
@@ -244,6 +250,7 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-reset": "true" if outcome.reset else "false",
         **_reset_saving(outcome.reset_saving),
         **reply.header(outcome.max_tokens),
+        **dict(outcome.shadow),
     }
 
 
