@@ -45,8 +45,9 @@ def recut_job(pieces: list[forms.Piece], query: str, budget: int, model: str | N
     if asked < 1:  # nothing kept but what is never cut: a user message's question
         return [_kept(p, parts, [""] * len(parts.texts), model) if p.question else _placeholder(p, model)
                 for p, parts in zip(pieces, split, strict=True)]
-    first = [k for k, piece in enumerate(pieces) if names and _names_it(piece, names)]
-    rest = [k for k in range(len(pieces)) if k not in set(first)]
+    named = {k for k, piece in enumerate(pieces) if names and _names_it(piece, names)}
+    first = sorted(named)
+    rest = [k for k in range(len(pieces)) if k not in named]
     kept: dict[int, list[str]] = {}
     for group in (first, rest):
         kept |= _ranked([pieces[k] for k in group], [split[k] for k in group], query, asked, model,

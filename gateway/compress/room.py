@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from gateway.compress import policy
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
-from gateway.prices import Prices, prices_for
+from gateway.prices import ANTHROPIC_WRITE_RATIO, DEFAULT_INPUT, DEFAULT_READ_RATIO, Prices, prices_for
 
-DEFAULT_PRICES = Prices(1.0, 0.1, 1.25, "default")  # a room made without a model's prices
+# A room made without a model's prices (or a model priced 0): gateway.prices' defaults, the dearer write.
+DEFAULT_PRICES = Prices(DEFAULT_INPUT, DEFAULT_READ_RATIO * DEFAULT_INPUT,
+                        ANTHROPIC_WRITE_RATIO * DEFAULT_INPUT, "default")
 
 CAP_SHARE = 1  # one first-sight form keeps at most 1/this of what a reset brings the forms down to
 
