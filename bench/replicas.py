@@ -166,10 +166,12 @@ def verdict(rows: dict[str, dict[str, Any]], base: str, shared: str) -> list[str
 def gateway_config(upstream: str, redis_url: str | None) -> dict[str, Any]:
     config = agents.gateway_config(upstream, agents.GATEWAY["defaults"])
     general = config["general_settings"]
-    general.update({"compression_executor": "process", "compression_workers": WORKERS})
+    # One secret for every setting: it keys the form cache's signatures and the prompt_cache_key, which
+    # is in the bytes compared (an install's own secret in one setting and this in another would differ).
+    general.update({"compression_executor": "process", "compression_workers": WORKERS,
+                    "deployment_secret": "bench-replicas"})
     if redis_url:
         general["form_cache_url"] = redis_url
-        general["deployment_secret"] = "bench-replicas"  # entries are signed; every replica the same
     return config
 
 
