@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import threading
 import time
@@ -12,10 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from loop_lag import worst_lag
 from redis_server import RedisServer
 
 import mixpr.engine
-from gateway.app import freeze_startup_objects
 from gateway.compress import checks, forms, shared_forms
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.compress.history import History, Request
@@ -129,50 +128,6 @@ def test_a_cold_instance_builds_a_long_session_as_a_warm_one_does() -> None:
     assert cold.messages == warm.messages
 
 
-TICK_S = 0.005
-
-
-def _loop_lag(messages: list[dict[str, Any]], window: int) -> float:
-    """The worst lag of the event loop while ``messages`` is prepared: a ticker coroutine sleeps
-    ``TICK_S`` at a time, and a tick that comes late shows how long the loop could not run, in wall
-    time: a thread that holds the GIL stalls the loop as surely as work on it, though the loop's
-    thread spends no CPU time meanwhile. Each gap counts only while this process ran (its CPU time,
-    every thread's): on a shared machine the scheduler alone leaves an idle loop 50 ms late, which
-    is no stall of ours. MixPR runs in worker processes, as in production."""
-
-    async def main() -> float:
-        workers = Workers(workers=1, executor="process", timeout_s=120)  # MixPR off this process's GIL
-        compressor = Compressor(workers, route_cache_size=16)
-        await compressor.start(with_router=False)
-        history = History(compressor, cache_bytes=64 * 1024 * 1024)
-        settings = MixprSettings(router="heuristic", prefix=Prefix(**FORMS))
-        request = Request(messages, None, Target("gpt-4o-mini", window, 1024), settings, Control(), None)
-        lags: list[float] = []
-        done = asyncio.Event()
-
-        async def ticker() -> None:
-            last, ran = time.perf_counter(), time.process_time()
-            while not done.is_set():
-                await asyncio.sleep(TICK_S)
-                now, running = time.perf_counter(), time.process_time()
-                lags.append(min(now - last, running - ran) - TICK_S)
-                last, ran = now, running
-
-        freeze_startup_objects()  # as the gateway does once started: a full collection of the test
-        try:  # session's heap (over a second on a loaded machine) would be no stall of the build's
-            ticking = asyncio.create_task(ticker())
-            await asyncio.sleep(0.01)
-            await history.prepare(request)
-            done.set()
-            await ticking
-        finally:
-            gc.unfreeze()
-            compressor.close()
-        return max(lags)
-
-    return asyncio.run(main())
-
-
 def _claude_code_body(blocks: int) -> list[dict[str, Any]]:
     """A long tool loop as LiteLLM hands a Claude Code body over: ``blocks`` calls and results."""
     return _loop([f"ok {step}: src/module_{step}.py updated" for step in range(blocks // 2)])
@@ -188,7 +143,7 @@ def test_a_huge_request_leaves_the_loop_free(messages: list[dict[str, Any]], win
     """Remembering what was sent hashes every message: ``json.dumps`` of one of 8 MB held the GIL
     ~60 ms in a build's thread; the first count in this process loaded a tokenizer on the loop (over
     a second). No tick of the loop comes more than 20 ms late."""
-    worst = _loop_lag(messages, window)
+    worst, _ = worst_lag(messages, window, MixprSettings(router="heuristic", prefix=Prefix(**FORMS)), 0.020)
     assert worst < 0.020, f"the loop was stalled {worst * 1000:.1f} ms at a stretch"
 
 
