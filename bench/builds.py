@@ -11,6 +11,10 @@ gateway runs it; texts are real (the dev split's agent runs, the haystack books)
 * the event loop's worst stall (wall time between 2 ms heartbeats) while an 8 MB message and a
   5,000-block agent body are prepared;
 * the reset scan's scaling: a cost-mode chat of 1,500 and 3,000 one-line turns (nothing can shrink);
+* doubling (issue #35: nothing on the request path superlinear): a real agent session of N and 2N
+  steps through a 32k window, each step's request sent in turn to one instance (warm: what a
+  replica that served the conversation does; the last request timed) and the last one alone to a
+  new instance (cold: a restarted replica without ``form_cache_url``), seconds and the 2N / N ratio;
 * the regexes on pathological runs: a reset's query (``task.query``) with a 50 kB hex run in the
   agent's arguments, ``grep.file_of`` on a
   20,000-character run of slashes.
@@ -108,6 +112,33 @@ async def cold_and_warm(steps: int) -> None:
           f"same bytes: {cold.messages == warm.messages}; worst loop stall while cold {cold_stall:.1f} ms")
 
 
+async def doubling(steps: int, window: int = 32_000) -> None:
+    """Seconds of the last request of an N- and a 2N-step session, warm and cold, and the ratios."""
+    figures: dict[str, list[float]] = {"warm": [], "cold": []}
+    for n in (steps, 2 * steps):
+        messages = agent_session(n)
+        ends = [i for i, m in enumerate(messages) if m["role"] == "assistant"][1:] + [len(messages)]
+        history, compressor = await _history(timeout_s=300)
+        try:
+            for end in ends[:-1]:
+                await history.prepare(_request(messages[:end], window))
+            warm, warm_s, _ = await _timed(lambda h=history, m=messages: h.prepare(_request(m, window)))
+        finally:
+            compressor.close()
+        history, compressor = await _history(timeout_s=300)
+        try:
+            cold, cold_s, _ = await _timed(lambda h=history, m=messages: h.prepare(_request(m, window)))
+        finally:
+            compressor.close()
+        figures["warm"].append(warm_s)
+        figures["cold"].append(cold_s)
+        print(f"{n}-step session through {window // 1000}k: last request warm {warm_s:.3f} s "
+              f"({warm.new_forms} new forms), cold {cold_s:.2f} s ({cold.new_forms} forms, "
+              f"{cold.resets} resets); same bytes: {warm.messages == cold.messages}")
+    for name, (small, large) in figures.items():
+        print(f"{name}: {2 * steps} / {steps} steps = {large / small:.2f} (linear: 2)")
+
+
 async def loop_stalls(blocks: int) -> None:
     book = "\n".join(books())
     document = (book * (8_000_000 // len(book) + 1))[:8_000_000]
@@ -157,7 +188,8 @@ def regexes() -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes")
-    parser.add_argument("--only", default="regexes,cold,loop,scan", help="comma-separated parts (all four)")
+    parser.add_argument("--only", default="regexes,cold,loop,scan,doubling",
+                        help="comma-separated parts (all five)")
     args = parser.parse_args(argv)
     parts = set(args.only.split(","))
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -169,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(loop_stalls(1_000 if args.quick else 5_000))
     if "scan" in parts:
         asyncio.run(scan_scaling((300, 600) if args.quick else (1_500, 3_000)))
+    if "doubling" in parts:
+        asyncio.run(doubling(60 if args.quick else 150))
     print(json.dumps({"load_after": os.getloadavg()}))
 
 

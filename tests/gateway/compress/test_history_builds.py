@@ -119,6 +119,40 @@ def test_one_failing_form_does_not_cost_the_others_theirs(monkeypatch: pytest.Mo
     assert sum(len(text) < len(output) / 2 for text, output in zip(sent, outputs, strict=True)) == 19
 
 
+def _warm_seconds(messages: list[dict[str, Any]]) -> float:
+    """CPU seconds (every thread of this process) of the best of three warm requests: every form is
+    cached, so what is timed is the request path itself (counts, the scan, assembly, checks, digests)."""
+
+    async def main() -> float:
+        workers = Workers(workers=1, executor="thread", timeout_s=120)
+        compressor = Compressor(workers, route_cache_size=16)
+        await compressor.start(with_router=False)
+        history = History(compressor, cache_bytes=256 * 1024 * 1024)
+        request = Request(messages, None, Target("gpt-4o-mini", 1_000_000, 1024),
+                          MixprSettings(router="heuristic", prefix=Prefix(**FORMS)), Control(), None)
+        try:
+            await history.prepare(request)  # cold: the forms
+            best = float("inf")
+            for _ in range(3):
+                started = time.process_time()
+                await history.prepare(request)
+                best = min(best, time.process_time() - started)
+            return best
+        finally:
+            compressor.close()
+
+    return asyncio.run(main())
+
+
+def test_a_warm_request_twice_as_long_takes_about_twice_as_long() -> None:
+    """Issue 35: nothing on the request path superlinear. A warm instance's request of 600 steps
+    against one of 300 (the same steps twice): about 2x, where a loop over the messages inside a loop
+    over them gives 4x (the named set rebuilt for every piece of a reset was one)."""
+    steps = [_listing(step % 40, lines=60 + step % 7) for step in range(300)]
+    small, large = _warm_seconds(_loop(steps)), _warm_seconds(_loop(steps + steps))
+    assert large < 3 * small, f"300 steps {small * 1000:.0f} ms, 600 steps {large * 1000:.0f} ms"
+
+
 def test_a_cold_instance_builds_a_long_session_as_a_warm_one_does() -> None:
     """300 steps, cold, with a pool timeout a whole conversation's forms in one batch per worker
     would overrun (so the build fell back to compressing the whole request, other bytes)."""

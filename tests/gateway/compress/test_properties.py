@@ -5,7 +5,9 @@ JSON arguments, unclosed tags, huge and empty texts, content as a string or as p
 configs, against what the docs promise: the newest user message is never cut to a placeholder (a
 short one is sent as written, a long one keeps its end), the request fits the window beside the
 reply, tool calls keep their ids, names and (JSON) arguments and stay paired with their results,
-and a cold second instance sends the same bytes.
+a cold second instance sends the same bytes, and, turn after turn, what was sent is sent again
+unless a reset is reported. (Doubled inputs are timed in ``test_history_builds`` and
+``bench.builds``: timing has no place among random examples.)
 
 ``make test`` runs a bounded profile (``ci``); ``make fuzz`` a longer one (``HYPOTHESIS_PROFILE=fuzz``).
 Examples found are kept below as ``@example``s.
@@ -205,3 +207,35 @@ def test_the_multi_turn_path_keeps_its_promises(runner: tuple[asyncio.Runner, Co
     assert outcome.final_tokens + reply <= config["window"]
     again = loop.run(_preparer(compressor, config).prepare(call))  # a cold instance
     assert json.dumps(again.messages) == json.dumps(outcome.messages)
+
+
+def _turns(conversation: list[dict[str, Any]]) -> list[int]:
+    """The requests a client sends for ``conversation``, by their ends: just before each assistant
+    turn but the first (every call before it has its results), and the whole of it."""
+    assistants = [i for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    return [*assistants[1:], len(conversation)]
+
+
+@settings(settings.get_profile(PROFILE))
+@given(conversation=conversations(), config=configs)
+def test_what_was_sent_is_sent_again_unless_a_reset_is_reported(
+        runner: tuple[asyncio.Runner, Compressor], conversation: list[dict[str, Any]],
+        config: dict[str, Any]) -> None:
+    """The provider's prompt cache hits only on bytes sent before. One instance gets every turn of
+    the conversation as a client sends them: unless a request reports a reset (``x-mixpr-reset``),
+    the previous request's messages come again as they were sent."""
+    loop, compressor = runner
+    params = {"max_tokens": config["max_tokens"]} if config["max_tokens"] else {}
+    preparer = _preparer(compressor, config)
+    before: tuple[int, list[dict[str, Any]]] | None = None
+    for end in _turns(conversation):
+        try:
+            outcome = loop.run(preparer.prepare(ChatCall("m", conversation[:end], params)))
+        except ContextLengthExceeded:
+            before = None  # a 400: nothing was sent
+            continue
+        event(f"reset={outcome.reset}")
+        if before is not None and not outcome.reset:
+            cut, sent = before
+            assert outcome.messages[:cut] == sent, f"the request of {cut} messages changed, no reset said"
+        before = (end, outcome.messages)
