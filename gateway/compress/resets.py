@@ -40,6 +40,10 @@ Recut = Callable[[int, int, int, Sequence[Level], bool], dict[int, int]]
 # over the turns the conversation can expect, less its cache write, in input tokens' worth.
 Worth = Callable[[int, int, int], float]
 RECONSIDER = 1.1  # a reset that did not pay is weighed again once the total has grown by this factor
+# A reset leaves at least this share of the room free, or it cuts short texts too (``wide``): in a long
+# session the agent's short turns and short outputs, which a reset of long texts never cuts, grow to
+# fill the room, and every request reset again (a 300-step run through 32k: at 239, 241, 242, 243).
+HEADROOM = 0.1
 
 
 @dataclass
@@ -96,7 +100,8 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
                 _switch(result, current, formed, i)
             forced = not gated or result.total > limit
             if forced or result.total > weighed * RECONSIDER:
-                if not _reset(result, current, i, older_end(i), share, movable, recut,
+                wide = _cramped(result, i, older_end(i), share, movable, room)
+                if not _reset(result, current, i, older_end(i), share, movable, recut, wide=wide,
                               worth=None if worth is None else functools.partial(worth, i), gated=not forced):
                     weighed = result.total
         if result.total > limit:  # the newest turn too, cut only as far as the limit needs
@@ -106,6 +111,15 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
+
+
+def _cramped(result: Scan, i: int, end: int, share: Callable[[int], int], movable: Movable,
+             room: int) -> bool:
+    """Whether a reset at ``i`` of the long texts alone would leave under ``HEADROOM`` of the room."""
+    if end <= 0:
+        return False
+    fixed = result.total - movable(i, end, result.levels, False)
+    return room - (fixed + max(0, share(fixed))) < HEADROOM * room
 
 
 def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None:

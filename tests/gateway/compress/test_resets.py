@@ -85,3 +85,38 @@ def test_a_reset_pays_by_the_models_cache_prices() -> None:
                                                                               after=8_000)  # no 0 / 0
     window = Room(16_000, None, 0.6, 9_600, 16_000, Prices(1.0, 0.1, 1.25, "default"))
     assert window.pays(turns=0, before=18_000, after=12_000)  # not gated: the window decides
+
+
+def _long_session(steps: int) -> resets.Scan:
+    """Each step an agent turn of 60 tokens a reset of long texts never cuts (``wide`` only) and an
+    output of 200 it does; room 4,000, a reset fills 0.6 of what the fixed part leaves."""
+    sizes = [60, 200] * steps
+    short = {j for j in range(len(sizes)) if sizes[j] == 60}
+    now: dict[int, int] = {}
+
+    def pool(end: int, wide: bool) -> list[int]:
+        return [j for j in range(end) if wide or j not in short]
+
+    def movable(i: int, end: int, levels: Any, wide: bool) -> int:
+        return sum(now.get(j, sizes[j]) for j in pool(end, wide))
+
+    def recut(i: int, end: int, budget: int, levels: Any, wide: bool) -> dict[int, int]:
+        cut = pool(end, wide)
+        now.update({j: min(now.get(j, sizes[j]), budget // len(cut)) for j in cut})
+        return {j: now[j] for j in cut}
+
+    return resets.scan(resets.Sizes(sizes, lambda: sizes, False), 0, room=4000,
+                       share=lambda fixed: int(0.6 * (4000 - fixed)), older_end=lambda i: i - 1,
+                       last_end=lambda i: i, movable=movable, recut=recut)
+
+
+def test_a_long_session_does_not_reset_at_every_step() -> None:
+    """The agent's short turns, which a reset of long texts never cuts, grow to fill the room; a reset
+    that then frees almost nothing came again at the next step, and the next (a 300-step run through
+    32k reset at 239, 241, 242 and 243). Once a reset would leave under a tenth of the room free, it
+    cuts the short texts too: never three steps in a row reset (before: runs of ten and more)."""
+    scan = _long_session(120)
+    assert scan.total <= 4000
+    steps = [point // 2 for point in scan.points]
+    runs = [a for a, b, c in zip(steps, steps[1:], steps[2:], strict=False) if c - a <= 2]
+    assert not runs, steps
