@@ -70,7 +70,8 @@ def fallback(plan: Plan, problems: list[str], original: int, final: int) -> Outc
     raise ContextLengthExceeded(
         f"The prompt is {original} tokens and the model accepts {request.target.window} (with "
         f"{request.target.reserve} kept for the reply). Compressed it is still {final} tokens: the "
-        f"parts kept verbatim (system messages, tool definitions, images, the newest turn) alone "
+        f"parts kept verbatim (system messages, tool definitions, images, the newest turn, every tool "
+        f"call with its id, name and short arguments) alone "
         f"take too much.", param="messages")
 
 

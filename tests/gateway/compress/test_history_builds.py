@@ -313,3 +313,11 @@ def test_a_failed_form_is_remembered_by_every_replica(monkeypatch: pytest.Monkey
     first, second = _prepared_by_replicas([_loop(outputs)] * 2, timeout_s=30, redis_url=redis_server.url)
     assert second.messages == first.messages and second.new_forms == 0
     assert len(calls) == 1
+
+
+def test_a_loop_whose_calls_alone_outgrow_the_window_is_told_so() -> None:
+    """Tool calls are never cut (ids, names, short arguments): a loop long enough outgrows a small
+    window by its calls alone, and the 400 says that is what is left, not only the newest turn."""
+    messages = _loop([f"ok {step}" for step in range(400)])
+    with pytest.raises(ContextLengthExceeded, match="every tool call"):
+        _build(messages, window=8192)
