@@ -211,13 +211,29 @@ def chat_task(files: list[str], model: str, run: Callable[[str], subprocess.Comp
         upstream.stop()
 
 
-def assert_codeword_kept(sent: str, stdout: str) -> None:
+def assert_codeword_kept(sent: str, stdout: str, trail: str = "") -> None:
     """Issue 28's check: the codeword of the file the task names is in the last request (``sent``), and
-    so in the client's final answer (the scripted upstream lists every codeword it can see)."""
+    so in the client's final answer (the scripted upstream lists every codeword it can see). ``trail``
+    (``codeword_trail``) says, on a failure, where along the loop it went."""
     asked = codeword_task.codeword(codeword_task.ASKED)
     kept = ", ".join(f"f{n}" for n in range(FILES) if codeword_task.codeword(n) in sent) or "none"
-    assert asked in sent, f"f{codeword_task.ASKED}.txt's codeword is not in the last request; kept: {kept}"
+    lost = f"f{codeword_task.ASKED}.txt's codeword is not in the last request; kept: {kept}"
+    assert asked in sent, lost + trail
     assert asked in stdout
+
+
+_TRAIL_METRICS = re.compile(r"^mixpr_(?:chat_requests|resets|compression_failures|message_forms|prefix_turns)"
+                            r"_total\{.*$", re.M)
+
+
+def codeword_trail(run: Run) -> str:
+    """Each loop request's size and whether it held the asked codeword, and the gateway's counters of
+    actions, resets and failures: what a rare failure needs to be read (it failed once in ~60 runs)."""
+    asked = codeword_task.codeword(codeword_task.ASKED)
+    steps = [f"{k}:{len(json.dumps(body['messages']))}{'+' if asked in json.dumps(body['messages']) else '-'}"
+             for k, body in enumerate(run.loop)]
+    return "\nrequests (chars, asked codeword +/-): " + " ".join(steps) + "\n" + "\n".join(
+        _TRAIL_METRICS.findall(run.metrics))
 
 
 def assert_every_chat_call_answered(messages: list[dict[str, Any]], call_id: str) -> None:

@@ -28,6 +28,7 @@ from agent_clients import (
     assert_codeword_kept,
     assert_every_chat_call_answered,
     chat_task,
+    codeword_trail,
     write_project,
 )
 from conftest import MASTER_KEY
@@ -88,4 +89,5 @@ def test_codex_completes_the_codeword_task(codeword: Run) -> None:
 
 
 def test_codex_keeps_the_codeword_the_task_asks_for(codeword: Run) -> None:
-    assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout)
+    assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout,
+                         codeword_trail(codeword))

@@ -29,6 +29,7 @@ from agent_clients import (
     assert_codeword_kept,
     assert_every_chat_call_answered,
     chat_task,
+    codeword_trail,
 )
 from conftest import MASTER_KEY
 from fake_chat_agent import CALL_ID, FINAL
@@ -70,4 +71,5 @@ def test_qwen_code_completes_the_codeword_task(codeword: Run) -> None:
 
 
 def test_qwen_code_keeps_the_codeword_the_task_asks_for(codeword: Run) -> None:
-    assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout)
+    assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout,
+                         codeword_trail(codeword))
