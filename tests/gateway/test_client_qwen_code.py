@@ -70,6 +70,21 @@ def test_qwen_code_completes_the_codeword_task(codeword: Run) -> None:
     assert 'action="compressed"' in codeword.metrics
 
 
+def _client_lost_the_asked_file(run: Run) -> bool:
+    """Whether Qwen Code itself sent the asked file's ``cat`` as ``Output: (empty)``: its shell tool
+    does that now and then (f6 and f14 in one run, none in the next, f3 once in ~60 runs), and then
+    there is no codeword for the gateway to keep. The result as the client sent it: the first request
+    that holds it goes through below the trigger, as written."""
+    call = f"{CALL_ID}{codeword_task.ASKED}"
+    for body in run.loop:
+        for message in body["messages"]:
+            if message.get("role") == "tool" and message.get("tool_call_id") == call:
+                return "Output: (empty)" in json.dumps(message.get("content"))
+    return False
+
+
 def test_qwen_code_keeps_the_codeword_the_task_asks_for(codeword: Run) -> None:
+    if _client_lost_the_asked_file(codeword):
+        pytest.skip(f"Qwen Code's shell tool returned an empty output for f{codeword_task.ASKED}.txt")
     assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout,
                          codeword_trail(codeword))
