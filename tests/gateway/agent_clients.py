@@ -228,7 +228,7 @@ _TRAIL_METRICS = re.compile(r"^mixpr_(?:chat_requests|resets|compression_failure
 
 def codeword_trail(run: Run) -> str:
     """Each loop request's size and whether it held the asked codeword, and the gateway's counters of
-    actions, resets and failures: what a rare failure needs to be read (it failed once in ~60 runs)."""
+    actions, resets and failures: what a rare failure needs to be read (Qwen Code's failed once in ~60)."""
     asked = codeword_task.codeword(codeword_task.ASKED)
     steps = [f"{k}:{len(json.dumps(body['messages']))}{'+' if asked in json.dumps(body['messages']) else '-'}"
              for k, body in enumerate(run.loop)]

@@ -72,9 +72,10 @@ def test_qwen_code_completes_the_codeword_task(codeword: Run) -> None:
 
 def _client_lost_the_asked_file(run: Run) -> bool:
     """Whether Qwen Code itself sent the asked file's ``cat`` as ``Output: (empty)``: its shell tool
-    does that now and then (f6 and f14 in one run, none in the next, f3 once in ~60 runs), and then
-    there is no codeword for the gateway to keep. The result as the client sent it: the first request
-    that holds it goes through below the trigger, as written."""
+    does that now and then (f6 and f14 in one run, none in the next; most likely f3 in the one CI run
+    of ~60 that lost its codeword, which printed no trail), and then there is no codeword to keep.
+    The result as the client sent it: the first request that holds it goes through below the
+    trigger, as written."""
     call = f"{CALL_ID}{codeword_task.ASKED}"
     for body in run.loop:
         for message in body["messages"]:
