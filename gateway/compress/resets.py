@@ -100,8 +100,7 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
                 _switch(result, current, formed, i)
             forced = not gated or result.total > limit
             if forced or result.total > weighed * RECONSIDER:
-                wide = _cramped(result, i, older_end(i), share, movable, room)
-                if not _reset(result, current, i, older_end(i), share, movable, recut, wide=wide,
+                if not _reset(result, current, i, older_end(i), share, movable, recut, widen=room,
                               worth=None if worth is None else functools.partial(worth, i), gated=not forced):
                     weighed = result.total
         if result.total > limit:  # the newest turn too, cut only as far as the limit needs
@@ -113,12 +112,8 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
     return result
 
 
-def _cramped(result: Scan, i: int, end: int, share: Callable[[int], int], movable: Movable,
-             room: int) -> bool:
-    """Whether a reset at ``i`` of the long texts alone would leave under ``HEADROOM`` of the room."""
-    if end <= 0:
-        return False
-    fixed = result.total - movable(i, end, result.levels, False)
+def _cramped(fixed: int, share: Callable[[int], int], room: int) -> bool:
+    """Whether a reset that cannot cut ``fixed`` tokens would leave under ``HEADROOM`` of the room."""
     return room - (fixed + max(0, share(fixed))) < HEADROOM * room
 
 
@@ -136,15 +131,18 @@ def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None
 
 def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[int], int],
            movable: Movable, recut: Recut, room: int | None = None, *, wide: bool = False,
-           worth: Callable[[int, int], float] | None = None, gated: bool = False) -> bool:
+           widen: int | None = None, worth: Callable[[int, int], float] | None = None,
+           gated: bool = False) -> bool:
     """Cut ``[0, end)`` again, once, within what ``share`` leaves it; not a reset when that saves
     nothing, or, ``gated``, when its ``worth`` (given the total before and about after) is not
-    positive. With
-    ``room``: the cut must fit it, so a cut that comes out larger than asked (its markers and
-    placeholders are counted after the fact) is asked again for less. Whether it reset."""
+    positive. With ``room``: the cut must fit it, so a cut that comes out larger than asked (its
+    markers and placeholders are counted after the fact) is asked again for less. With ``widen`` (the
+    room): short texts too when the long ones alone are cramped (``HEADROOM``). Whether it reset."""
     if end <= 0:
         return False
     pool = movable(i, end, result.levels, wide)
+    if widen is not None and not wide and _cramped(result.total - pool, share, widen):
+        wide, pool = True, movable(i, end, result.levels, True)  # short texts too (``HEADROOM``)
     budget = max(0, share(result.total - pool))
     if pool <= budget:
         return False
