@@ -30,7 +30,7 @@ from typing import Any
 import codeword_task
 import httpx
 import pytest
-from conftest import ServerThread
+from conftest import MASTER_KEY, ServerThread
 from corpus import filler
 from fake_chat_agent import FakeChatAgent
 
@@ -209,6 +209,23 @@ def chat_task(files: list[str], model: str, run: Callable[[str], subprocess.Comp
             return Run(done, upstream.loop_requests(), served.metrics(), served.failures())
     finally:
         upstream.stop()
+
+
+def codeword_run(factory: pytest.TempPathFactory, client: NpmClient, model: str,
+                 run: Callable[[str, str, Path, Path], subprocess.CompletedProcess[str]]) -> Run:
+    """Issue 28's 15-file task with ``client`` on a 32k model named ``model`` (``chat_task``), in a
+    folder and a home of its own: ``run(task, gateway_url, folder, home)`` runs the client."""
+    folder = factory.mktemp(f"{client.home}-task")
+    files = codeword_task.write(folder)
+    home = factory.mktemp(f"{client.home}-home")
+    done = chat_task(files, model, lambda url: run(codeword_task.TASK, url, folder, home), MASTER_KEY)
+    done.version = client.version()
+    return done
+
+
+def assert_run_kept_codeword(run: Run) -> None:
+    """``assert_codeword_kept`` on a chat client's run: its last loop request and its final answer."""
+    assert_codeword_kept(json.dumps(run.loop[-1]["messages"]), run.done.stdout, codeword_trail(run))
 
 
 def assert_codeword_kept(sent: str, stdout: str, trail: str = "") -> None:

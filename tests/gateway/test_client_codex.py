@@ -25,10 +25,10 @@ from agent_clients import (
     FILES,
     WINDOW,
     Run,
-    assert_codeword_kept,
     assert_every_chat_call_answered,
+    assert_run_kept_codeword,
     chat_task,
-    codeword_trail,
+    codeword_run,
     write_project,
 )
 from conftest import MASTER_KEY
@@ -55,12 +55,7 @@ def _run(prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedPr
 @pytest.fixture(scope="module")
 def codeword(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Issue 28's 15-file task, run once for the tests below."""
-    folder = tmp_path_factory.mktemp("codex-task")
-    files = codeword_task.write(folder)
-    home = tmp_path_factory.mktemp("codex-home")
-    run = chat_task(files, MODEL, lambda url: _run(codeword_task.TASK, url, folder, home), MASTER_KEY)
-    run.version = CODEX.version()
-    return run
+    return codeword_run(tmp_path_factory, CODEX, MODEL, _run)
 
 
 def test_codex_reads_15_files_through_a_32k_model(tmp_path: Path) -> None:
@@ -89,5 +84,4 @@ def test_codex_completes_the_codeword_task(codeword: Run) -> None:
 
 
 def test_codex_keeps_the_codeword_the_task_asks_for(codeword: Run) -> None:
-    assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout,
-                         codeword_trail(codeword))
+    assert_run_kept_codeword(codeword)

@@ -27,10 +27,9 @@ from agent_clients import (
     OPENCODE,
     WINDOW,
     Run,
-    assert_codeword_kept,
     assert_every_chat_call_answered,
-    chat_task,
-    codeword_trail,
+    assert_run_kept_codeword,
+    codeword_run,
 )
 from conftest import MASTER_KEY
 from fake_chat_agent import CALL_ID, FINAL
@@ -62,12 +61,7 @@ def _run(prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedPr
 @pytest.fixture(scope="module")
 def codeword(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Issue 28's 15-file task, run once for the tests below."""
-    folder = tmp_path_factory.mktemp("opencode-task")
-    files = codeword_task.write(folder)
-    home = tmp_path_factory.mktemp("opencode-home")
-    run = chat_task(files, MODEL, lambda url: _run(codeword_task.TASK, url, folder, home), MASTER_KEY)
-    run.version = OPENCODE.version()
-    return run
+    return codeword_run(tmp_path_factory, OPENCODE, MODEL, _run)
 
 
 def test_opencode_completes_the_codeword_task(codeword: Run) -> None:
@@ -83,5 +77,4 @@ def test_opencode_completes_the_codeword_task(codeword: Run) -> None:
 
 
 def test_opencode_keeps_the_codeword_the_task_asks_for(codeword: Run) -> None:
-    assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout,
-                         codeword_trail(codeword))
+    assert_run_kept_codeword(codeword)

@@ -26,10 +26,9 @@ from agent_clients import (
     QWEN_CODE,
     WINDOW,
     Run,
-    assert_codeword_kept,
     assert_every_chat_call_answered,
-    chat_task,
-    codeword_trail,
+    assert_run_kept_codeword,
+    codeword_run,
 )
 from conftest import MASTER_KEY
 from fake_chat_agent import CALL_ID, FINAL
@@ -49,12 +48,7 @@ def _run(prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedPr
 @pytest.fixture(scope="module")
 def codeword(tmp_path_factory: pytest.TempPathFactory) -> Run:
     """Issue 28's 15-file task, run once for the tests below."""
-    folder = tmp_path_factory.mktemp("qwen-task")
-    files = codeword_task.write(folder)
-    home = tmp_path_factory.mktemp("qwen-home")
-    run = chat_task(files, MODEL, lambda url: _run(codeword_task.TASK, url, folder, home), MASTER_KEY)
-    run.version = QWEN_CODE.version()
-    return run
+    return codeword_run(tmp_path_factory, QWEN_CODE, MODEL, _run)
 
 
 def test_qwen_code_completes_the_codeword_task(codeword: Run) -> None:
@@ -87,5 +81,4 @@ def _client_lost_the_asked_file(run: Run) -> bool:
 def test_qwen_code_keeps_the_codeword_the_task_asks_for(codeword: Run) -> None:
     if _client_lost_the_asked_file(codeword):
         pytest.skip(f"Qwen Code's shell tool returned an empty output for f{codeword_task.ASKED}.txt")
-    assert_codeword_kept(json.dumps(codeword.loop[-1]["messages"]), codeword.done.stdout,
-                         codeword_trail(codeword))
+    assert_run_kept_codeword(codeword)
