@@ -52,15 +52,30 @@ def _starts(texts: list[str]) -> list[int]:
 
 
 def _passages(spans: list[tuple[int, int]], texts: list[str], starts: list[int]) -> list[str]:
-    """The kept spans inside the texts (not the question), as passages."""
+    """The kept spans inside the texts (not the question), as passages: spans with nothing but
+    whitespace between them are one passage (MixPR keeps sentences; a clause of two kept sentences is
+    one run of the text, and a gap marker inside it would say that something was left out)."""
     found = []
-    for lo, hi in spans:
+    for lo, hi in _runs(spans, texts, starts):
         for text, start in zip(texts, starts, strict=True):
             a, b = max(lo, start), min(hi, start + len(text))
             passage = text[a - start : b - start].strip() if a < b else ""
             if passage:
                 found.append(passage)
     return found
+
+
+def _runs(spans: list[tuple[int, int]], texts: list[str], starts: list[int]) -> list[tuple[int, int]]:
+    """``spans`` with the ones that only whitespace separates joined (never across two texts)."""
+    ends = [start + len(text) for start, text in zip(starts, texts, strict=True)]
+    joined = SEPARATOR.join(texts)
+    runs: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if runs and not joined[runs[-1][1]:lo].strip() and not any(runs[-1][1] <= e < lo for e in ends):
+            runs[-1] = (runs[-1][0], max(hi, runs[-1][1]))
+        else:
+            runs.append((lo, hi))
+    return runs
 
 
 def _relevant(passages: list[str], question: str) -> list[str]:

@@ -76,6 +76,9 @@ class History:
         bridge = Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
         try:
             outcome = await self.compressor.builds.run(self._build, request, bridge, model_name)
+        except report.DoesNotFit as exc:  # the whole request, for its question: never refuse what can fit
+            log.info("conversation forms do not fit (%s); compressing the whole request", exc.message)
+            return replace(await self.today(request), reset=True)
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a failed build must not cost an answer: the whole request, as today
@@ -137,6 +140,7 @@ class History:
         conversation that never passes the trigger computes none)."""
         self._forms(plan, bridge, range(len(plan.pieces)))
         self._evidence(plan, bridge, room)
+        plan.recuttable = [n for n in range(len(plan.pieces)) if plan.may_cut(n)]  # blocks are cut too
         return [plan.size(j, resets.FIRST_SIGHT) for j in range(len(plan.request.messages))]
 
     def _recut(self, plan: Plan, bridge: Bridge, i: int, end: int, budget: int,

@@ -51,13 +51,15 @@ class Plan:
 
     def size(self, message: int, level: resets.Level) -> int:
         """A message's tokens at ``level``."""
-        total = self.rest[message]
-        for number in self.by_message.get(message, ()):
-            form = self.forms.get((number, level))
-            total += form[1] if form is not None else self.tokens[number]
-            if level == 0 and number in self.evidence:
-                total += self.evidence[number][1]
-        return total
+        return self.rest[message] + sum(self.piece_size(n, level) for n in self.by_message.get(message, ()))
+
+    def piece_size(self, number: int, level: resets.Level) -> int:
+        """A piece's tokens at ``level``: its form (or its text), and at first sight its evidence block."""
+        form = self.forms.get((number, level))
+        size = form[1] if form is not None else self.tokens[number]
+        if level == resets.FIRST_SIGHT and number in self.evidence:
+            size += self.evidence[number][1]
+        return size
 
     def text(self, number: int, level: resets.Level) -> str:
         """What is sent for a piece at ``level``: its form (or its text), after its evidence block."""
@@ -70,6 +72,8 @@ class Plan:
         """A piece a reset may cut: long text (a user message only when it does not fit whole);
         ``wide``: anything a placeholder shortens, when nothing else makes the request fit."""
         piece, tokens = self.pieces[number], self.tokens[number]
+        if number in self.evidence:  # a follow-up: a reset drops its block (the cut is for every question)
+            return True
         if wide:
             return tokens > recut.PLACEHOLDER_TOKENS * 2
         return tokens > (self.cap if piece.question else self.request.settings.prefix.reset_min_tokens)
@@ -82,11 +86,7 @@ class Plan:
 
     def movable(self, end: int, levels: Sequence[resets.Level], wide: bool, spare: int = -1) -> int:
         """Tokens of the pieces a reset over ``[0, end)`` may cut, as they are now."""
-        total = 0
-        for number in self.pool(end, wide, spare):
-            form = self.forms.get((number, levels[self.pieces[number].message]))
-            total += form[1] if form is not None else self.tokens[number]
-        return total
+        return sum(self.piece_size(n, levels[self.pieces[n].message]) for n in self.pool(end, wide, spare))
 
 
 def rest(message: dict[str, Any], own: list[forms.Piece]) -> tuple[str, int]:
