@@ -242,7 +242,9 @@ class History:
         settings, model = plan.request.settings.prefix, plan.request.target.model
         last = len(plan.request.messages) - 1
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
-        wanted: dict[str, tuple[int, tuple[Any, ...]]] = {}  # block -> its piece, its job
+        # block -> its pieces, its job: a question asked again (the same words about another of the
+        # documents) gets the same block, and the earlier asking keeps its own
+        wanted: dict[str, tuple[list[int], tuple[Any, ...]]] = {}
         for number, piece in enumerate(plan.pieces):
             if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
@@ -256,14 +258,14 @@ class History:
             question = forms.split_question(piece.text)[1] or piece.text
             texts = [plan.pieces[q].text for q in cut]
             name = "e" + forms.key(piece, cap, plan.salt + "\x00".join(texts))
-            wanted[name] = (number, (question, texts, cap, model))
+            wanted.setdefault(name, ([], (question, texts, cap, model)))[0].append(number)
         known = self.store.found(list(wanted), bridge.loop)
         missing = {name: job for name, job in wanted.items() if name not in known}
         if missing:
             known |= self._computed(plan, bridge, missing, evidence.evidence_job,
                                     [job for _, job in missing.values()])
-        for name, (number, _) in wanted.items():
-            if name in known:  # a failed block: that follow-up goes without evidence
+        for name, (numbers, _) in wanted.items():
+            for number in numbers if name in known else ():  # a failed block: no evidence for them
                 plan.evidence[number] = known[name]
 
 

@@ -6,6 +6,7 @@ refused. In-process gateway (uvicorn in a thread) in front of the tests' recordi
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pydoc_data.topics import topics
 from typing import Any
 
 import httpx
@@ -72,6 +73,24 @@ def test_a_long_document_conversation_is_never_refused(upstream: FakeUpstream, g
     assert statuses == [200] * len(questions), [r.text[:300] for r, _ in turns if r.status_code != 200]
     assert all(_tokens(seen) <= WINDOW for _, seen in turns)
     assert all(seen[-1]["content"].startswith(OPEN) for _, seen in turns[1:])  # not a whole-request cut
+
+
+def test_a_question_asked_again_keeps_the_first_askings_evidence(upstream: FakeUpstream,
+                                                                  gateway: str) -> None:
+    """The same question about another of the pasted documents (contract reviews ask each category
+    of each contract) brings the same block again; the first asking keeps its own, so the earlier
+    request's bytes are sent again as they were (it lost its block: a cache miss and a reset)."""
+    reference = "\n\n".join(topics.values())
+    asked = "What does the reference say about the assert statement?"
+    questions = [(f"{reference}\n\nWhich pdb command prints the return value?", "retval"),
+                 (asked, "It checks a condition."), ("What does yield do?", "It produces a value."),
+                 (asked, "As before.")]
+    turns = _turns(upstream, gateway, "window", [], questions)
+    assert [r.status_code for r, _ in turns] == [200] * 4
+    third, fourth = turns[2][1], turns[3][1]
+    assert fourth[: len(third)] == third
+    assert turns[3][0].headers["x-mixpr-reset"] == "false"
+    assert fourth[-1]["content"] == fourth[2]["content"]  # the same question, the same evidence
 
 
 def test_a_chat_of_short_lines_through_a_small_window_is_compressed_not_refused(
