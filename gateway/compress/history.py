@@ -117,6 +117,8 @@ class History:
     def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
         space = room(request.target, request.settings, request.control)
         plan = self._plan(request, space.cap, bridge.loop)
+        if plan.over_document:  # later questions bring their own evidence: a reset keeps less
+            space = replace(space, fill=request.settings.prefix.document_fill)
         ends = resets.turn_ends(request.messages)
         reach = resets.Reach(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1

@@ -49,6 +49,12 @@ class Plan:
     failed: int = 0  # forms and evidence blocks the pool failed to compute (their pieces keep what they had)
     recuttable: list[int] = field(default_factory=list)  # the pieces a reset may cut
 
+    @property
+    def over_document(self) -> bool:
+        """A conversation over a pasted document: a user message over the cap, and no tool results."""
+        return (not any(p.role == "tool" for p in self.pieces)
+                and any(p.question and t > self.cap for p, t in zip(self.pieces, self.tokens, strict=True)))
+
     def size(self, message: int, level: resets.Level) -> int:
         """A message's tokens at ``level``."""
         return self.rest[message] + sum(self.piece_size(n, level) for n in self.by_message.get(message, ()))
