@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from corpus import filler
 
-from gateway.compress import evidence
+from gateway.conversation import evidence
 
 # A clause of two sentences: a lawyer's answer is the whole clause, as written.
 CLAUSE = ("The licensee shall pay the harbour authority a mooring royalty of four percent of gross "

@@ -17,8 +17,8 @@ from fake_upstream import FakeUpstream
 
 from bench import conversation
 from gateway import create_app
-from gateway.compress.evidence import OPEN
 from gateway.config import parse_config
+from gateway.conversation.evidence import OPEN
 from mixpr.tokens import count_tokens
 
 WINDOW = 32_000
