@@ -260,8 +260,11 @@ class History:
             cap = max(1, int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence * more))
             question = forms.split_question(piece.text)[1] or piece.text
             texts = [plan.pieces[q].text for q in cut]
-            name = "e" + forms.key(piece, cap, plan.salt + "\x00".join(texts))
-            wanted.setdefault(name, ([], (question, texts, cap, model)))[0].append(number)
+            # What their first-sight forms hold is sent before the question: not repeated.
+            present = "\n".join(plan.forms[(q, resets.FIRST_SIGHT)][0] for q in cut
+                                 if (q, resets.FIRST_SIGHT) in plan.forms)
+            name = "e" + forms.key(piece, cap, plan.salt + "\x00".join([*texts, present]))
+            wanted.setdefault(name, ([], (question, texts, cap, model, present)))[0].append(number)
         known = self.store.found(list(wanted), bridge.loop)
         missing = {name: job for name, job in wanted.items() if name not in known}
         if missing:
