@@ -141,17 +141,22 @@ def _path(arguments: Any) -> str | None:
 # -- budgets ---------------------------------------------------------------------------------------
 
 
-def budget(piece: Piece, tokens: int, settings: Prefix, cap: int) -> int | None:
+def budget(piece: Piece, tokens: int, settings: Prefix, cap: int, *, sent_whole: bool = False) -> int | None:
     """Tokens ``piece`` (of ``tokens``) keeps at first sight; None: sent as it is. ``cap``: the most a
     first-sight form may keep (a share of the room: a small window). A user message (a task,
     instructions, a pasted document) is cut at first sight only over ``cap``: what the user wrote is
-    read whole while it fits. Later cuts are a reset's (``gateway.conversation.recut``)."""
+    read whole while it fits. Later cuts are a reset's (``gateway.conversation.recut``).
+    ``sent_whole``: a cost budget, where a pasted document and its question were sent alone compressed
+    to the cap; its form is then that cut, so the second request reads the first from the cache (a
+    smaller form would rewrite it)."""
     if piece.call is not None:  # tool-call arguments: their long strings keep a fixed share
         kept = settings.argument_tokens
         return kept if piece.first_sight and kept and tokens > 2 * kept else None
     above = cap if piece.question else min(settings.min_tokens, cap)
     if not piece.first_sight or tokens <= above:
         return None
+    if piece.question and sent_whole:
+        return min(tokens, cap) if cap < tokens else None
     keep = settings.document_keep if piece.question else settings.keep
     first = min(tokens, cap, int(settings.keep_tokens + keep * (tokens - settings.keep_tokens)))
     return first if first < tokens else None

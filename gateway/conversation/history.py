@@ -118,6 +118,7 @@ class History:
     def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
         space = room(request.target, request.settings, request.control)
         plan = self._plan(request, space.cap, bridge.loop)
+        plan.cost_mode = space.after is not None
         if plan.over_document:  # later questions bring their own evidence: a reset keeps less
             space = replace(space, fill=request.settings.prefix.document_fill)
         ends = resets.turn_ends(request.messages)
@@ -207,7 +208,8 @@ class History:
         settings, model = plan.request.settings.prefix, plan.request.target.model
         wanted: dict[str, tuple[int, list[int]]] = {}  # form -> budget, its pieces
         for number in numbers:
-            asked = forms.budget(plan.pieces[number], plan.tokens[number], settings, plan.cap)
+            asked = forms.budget(plan.pieces[number], plan.tokens[number], settings, plan.cap,
+                                 sent_whole=plan.cost_mode)
             if asked is not None:  # the same text at the same budget (a repeated output): one form
                 name = forms.key(plan.pieces[number], asked, plan.salt)
                 wanted.setdefault(name, (asked, []))[1].append(number)

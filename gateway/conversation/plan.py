@@ -48,6 +48,7 @@ class Plan:
     new_forms: int = 0  # forms computed for this request (found neither in memory nor in Redis)
     failed: int = 0  # forms and evidence blocks the pool failed to compute (their pieces keep what they had)
     recuttable: list[int] = field(default_factory=list)  # the pieces a reset may cut
+    cost_mode: bool = False  # a cost budget (a pasted document's form is its question's cut, at the cap)
 
     @property
     def over_document(self) -> bool:
