@@ -73,6 +73,11 @@ def test_a_long_document_conversation_is_never_refused(upstream: FakeUpstream, g
     assert statuses == [200] * len(questions), [r.text[:300] for r, _ in turns if r.status_code != 200]
     assert all(_tokens(seen) <= WINDOW for _, seen in turns)
     assert all(seen[-1]["content"].startswith(OPEN) for _, seen in turns[1:])  # not a whole-request cut
+    # The document's first-sight form keeps a twentieth of it (prefix.document_keep), and a reset
+    # leaves three tenths of the room (prefix.document_fill): later questions bring their own evidence.
+    assert _tokens(turns[1][1]) < 0.4 * WINDOW
+    after_resets = [seen for response, seen in turns[2:] if response.headers["x-mixpr-reset"] == "true"]
+    assert after_resets and all(_tokens(seen) < 0.45 * WINDOW for seen in after_resets)
 
 
 def test_a_question_asked_again_keeps_the_first_askings_evidence(upstream: FakeUpstream,
