@@ -28,8 +28,10 @@ Writes bench/out/conversation.json and conversation.png (``--publish``: also ben
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
+import random
 import re
 import shutil
 import sys
@@ -55,12 +57,21 @@ from mixpr.tokens import encoding_for  # noqa: E402
 
 OUT = ROOT / "bench" / "out"
 PLOTS = ROOT / "bench" / "plots"
-CONTRACTS = (0, 1, 2, 4)  # four contracts of the dev split, ~65k tokens together
-TURNS = 10
+CONTRACTS = (0, 1, 2, 4)  # the old single conversation (``--conversations contracts``): ~65k tokens
+TURNS = 10  # the old single conversations' turns
+# The protocol (issue 39): conversations over pasted documents built as the held-out ones are. The
+# even-indexed documents of each file; three contract conversations of 2, 3 and 4 documents, two of
+# five Natural Questions pages; every answerable question of its documents, round robin over them,
+# one a turn; 12 turns; seed 7 shuffles (documents, then each document's questions).
+PROTOCOL_TURNS = 12
+SEED = 7
+PROTOCOL = (("contracts", "legal_contract_qa.dev.jsonl", (2, 3, 4)),
+            ("pages", "natural_question.dev.jsonl", (5, 5)))
+CHATS = 5  # LoCoMo chats of the dev split, each with PROTOCOL_TURNS questions as later user turns
 MODES = {"cost": {"model_info": {"max_input_tokens": 1_000_000},
                   "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000}},
          "window": {"model_info": {"max_input_tokens": 32_000}, "mixpr": {}}}
-POLICIES = ("none", "today", "prefix")
+POLICIES = ("none", "today", "prefix")  # today: each request compressed for its own question
 MIN_CACHED, STEP, READ, WRITE = 1024, 128, 0.1, 1.25
 
 
@@ -77,6 +88,39 @@ def _rows(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def protocol() -> list[Conversation]:
+    """The five document conversations of issue 39's protocol, on the dev split."""
+    rng = random.Random(SEED)
+    out = []
+    for kind, name, sizes in PROTOCOL:
+        rows = _rows(name)[::2]  # the even-indexed documents
+        unique = list({r["input"]: r for r in rows}.values())  # a document listed twice counts once
+        for number, size in enumerate(sizes):
+            picked = rng.sample(unique, size)
+            out.append(documents(f"{kind}-{number}", picked, rng))
+    return out
+
+
+def documents(name: str, rows: list[dict[str, Any]], rng: random.Random) -> Conversation:
+    """``rows``' documents pasted at once with the first question, then one question a turn: every
+    answerable question of each document (shuffled), round robin over the documents."""
+    asked = []
+    for r in rows:
+        pairs = [(q, a) for q, a in zip(r["instructions"], r["outputs"], strict=True)
+                 if a and a in r["input"]]
+        rng.shuffle(pairs)
+        asked.append(pairs)
+    picked = [pair for row in itertools.zip_longest(*asked) for pair in row if pair][:PROTOCOL_TURNS]
+    document = "\n\n".join(r["input"] for r in rows)
+    conv = _with_questions(name, [], picked, [[a] for _, a in picked], document)
+    return replace(conv, parts=tuple(r["input"] for r in rows))  # a missed answer: its document again
+
+
+def chats(count: int = CHATS) -> list[Conversation]:
+    """The dev split's LoCoMo chats sent as real turns, each followed by ``PROTOCOL_TURNS`` questions."""
+    return [locomo(i, PROTOCOL_TURNS) for i in range(count)]
+
+
 def contracts() -> Conversation:
     rows = [_rows("legal_contract_qa.dev.jsonl")[i] for i in CONTRACTS]
     asked = [[(q, a) for q, a in zip(r["instructions"], r["outputs"], strict=True) if a and a in r["input"]]
@@ -87,14 +131,14 @@ def contracts() -> Conversation:
     return replace(conv, parts=tuple(r["input"] for r in rows))  # a missed answer: its contract again
 
 
-def locomo(index: int = 0) -> Conversation:
+def locomo(index: int = 0, turns: int = TURNS) -> Conversation:
     row = _rows("locomo.dev.jsonl")[index]
     eligible = [i for i, spans in enumerate(row["evidence_spans"]) if spans and row["category"][i] != 5]
-    chosen = eligible[:: max(1, len(eligible) // TURNS)][:TURNS]
+    chosen = eligible[:: max(1, len(eligible) // turns)][:turns]
     picked = [(row["instructions"][i], row["outputs"][i]) for i in chosen]
     evidence = [[row["input"][s:e] for s, e in row["evidence_spans"][i]] for i in chosen]
     history = chat_turns(row["input"])
-    conv = _with_questions("locomo", history, picked, evidence, None)
+    conv = _with_questions(f"locomo-{index}", history, picked, evidence, None)
     return replace(conv, parts=tuple(m["content"] for m in history))  # a missed turn: that turn again
 
 
@@ -157,12 +201,17 @@ Sent = list[tuple[list[dict[str, Any]], dict[str, str]]]
 
 def through_gateway(http: httpx.Client, upstream: FakeUpstream, model: str,
                     requests: list[list[dict[str, Any]]]) -> Sent:
-    """Each request through the gateway: what the upstream received, and the gateway's headers."""
-    sent = []
+    """Each request through the gateway: what the upstream received, and the gateway's headers. A
+    request the gateway refused (a 4xx) reached nothing: its messages are [] and its headers carry
+    ``refused`` (the status and the gateway's message)."""
+    sent: Sent = []
     for messages in requests:
         upstream.clear()
         response = http.post("/v1/chat/completions", json={"model": model, "messages": messages,
                                                             "max_tokens": 256})
+        if 400 <= response.status_code < 500:
+            sent.append(([], {"refused": f"{response.status_code} {response.text[:300]}"}))
+            continue
         response.raise_for_status()
         [seen] = [r.json["messages"] for r in upstream.received() if r.path.endswith("/chat/completions")]
         sent.append((seen, dict(response.headers)))
@@ -250,7 +299,7 @@ def recovery(messages: list[dict[str, Any]], needed: list[str], parts: tuple[str
 
 
 def run(conversations: list[Conversation], modes: list[str], headroom: float | None,
-        evidence: float | None) -> list[dict[str, Any]]:
+        evidence: float | None, policies: tuple[str, ...] = POLICIES) -> list[dict[str, Any]]:
     upstream = FakeUpstream().start()
     server = ServerThread(create_app(parse_config(config(upstream.base_url, headroom, evidence)))).start()
     results = []
@@ -258,7 +307,7 @@ def run(conversations: list[Conversation], modes: list[str], headroom: float | N
         with httpx.Client(base_url=server.url, timeout=600) as http:
             for conv in conversations:
                 for mode in modes:
-                    for policy in POLICIES:
+                    for policy in policies:
                         results.append(one(http, upstream, conv, mode, policy))
     finally:
         server.stop()
@@ -274,60 +323,92 @@ def one(http: httpx.Client, upstream: FakeUpstream, conv: Conversation, mode: st
         sent = through_gateway(http, upstream, f"{mode}-{policy}", conv.requests)
     turns = priced([rendered(messages) for messages, _ in sent])
     for turn, (messages, headers), needed in zip(turns, sent, conv.evidence, strict=True):
-        turn["evidence"] = reached(messages, needed)
+        turn["evidence"] = bool(messages) and reached(messages, needed)
+        turn["refused"] = headers.get("refused", "")
         turn.update(recovery(messages, needed, conv.parts, turn["tokens"]))
         turn["reset"] = headers.get("x-mixpr-reset") == "true"
         turn["reused"] = int(headers.get("x-mixpr-prefix-reused-tokens", 0))
     seconds = time.perf_counter() - started
-    print(f"{conv.name} {mode} {policy}: {seconds:.1f} s", file=sys.stderr, flush=True)
+    print(f"{conv.name} {mode} {policy}: {seconds:.1f} s {row(turns)}", file=sys.stderr, flush=True)
     return {"conversation": conv.name, "mode": mode, "policy": policy, "turns": turns, "seconds": seconds}
 
 
-def totals(result: dict) -> dict[str, float]:
-    turns = result["turns"]
+def row(turns: list[dict]) -> str:
+    """Which turns kept their evidence: ``x`` kept, ``.`` missed, ``R`` refused."""
+    return "".join("R" if t.get("refused") else "x" if t["evidence"] else "." for t in turns)
+
+
+def totals(result: dict | list[dict], half: int | None = None) -> dict[str, float]:
+    """Sums over one result's turns, or over several results' (a set of conversations); ``half``: only
+    the turns of that parity (1: turns 1, 3, 5, ...; 0: turns 2, 4, ...), for the evidence."""
+    results = result if isinstance(result, list) else [result]
+    turns = [t for r in results for t in r["turns"]]
+    asked = [t for r in results for n, t in enumerate(r["turns"], 1) if half is None or n % 2 == half]
     return {"tokens": sum(t["tokens"] for t in turns), "openai": sum(t["openai"] for t in turns),
-            "anthropic": sum(t["anthropic"] for t in turns), "evidence": sum(t["evidence"] for t in turns),
+            "anthropic": sum(t["anthropic"] for t in turns), "evidence": sum(t["evidence"] for t in asked),
             "openai_recovered": sum(t["openai"] + t["recovery_openai"] for t in turns),
             "anthropic_recovered": sum(t["anthropic"] + t["recovery_anthropic"] for t in turns),
-            "resets": sum(t["reset"] for t in turns), "turns": len(turns)}
+            "resets": sum(t["reset"] for t in turns), "refused": sum(bool(t.get("refused")) for t in turns),
+            "turns": len(asked)}
+
+
+def group(name: str) -> str:
+    """The set a conversation belongs to: ``contracts-1`` -> documents, ``locomo-3`` -> chats."""
+    return "chats" if name.startswith("locomo") else "documents"
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| conversation | mode | policy | tokens sent | OpenAI-style cost (x none, x today) | "
-             "Anthropic-style (x none, x today) | evidence | with recovery, OpenAI / Anthropic (x none) | "
-             "resets |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    by = {(r["conversation"], r["mode"], r["policy"]): totals(r) for r in results}
-    for (conv, mode, policy), t in by.items():
-        none, today = by[(conv, mode, "none")], by[(conv, mode, "today")]
-        cells = [f"{t[k] / 1000:.0f}k ({t[k] / none[k]:.2f}, {t[k] / today[k]:.2f})"
-                 for k in ("openai", "anthropic")]
+    """Per conversation, then per set (documents, chats): cost with and without recovery as a share
+    of no gateway, evidence on all turns and on each half (odd, even turns), refusals, resets."""
+    lines = ["| conversation | mode | policy | tokens sent | OpenAI-style (x none) | "
+             "Anthropic-style (x none) | with recovery, OpenAI / Anthropic | evidence | odd / even turns | "
+             "refused | resets | turns |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    keyed: dict[tuple[str, str, str], list[dict]] = {}
+    for r in results:
+        keyed.setdefault((r["conversation"], r["mode"], r["policy"]), []).append(r)
+    for r in results:
+        keyed.setdefault((f"all {group(r['conversation'])}", r["mode"], r["policy"]), []).append(r)
+    for (conv, mode, policy), rs in keyed.items():
+        t, none = totals(rs), totals(keyed[(conv, mode, "none")])
+        odd, even = totals(rs, 1), totals(rs, 0)
+        cells = [f"{t[k] / none[k]:.2f}" for k in ("openai", "anthropic")]
         recovered = " / ".join(f"{t[f'{k}_recovered'] / none[f'{k}_recovered']:.2f}"
                                for k in ("openai", "anthropic"))
+        turns = row(rs[0]["turns"]) if len(rs) == 1 else ""
         lines.append(f"| {conv} | {mode} | {policy} | {t['tokens'] / 1000:.0f}k | {cells[0]} | {cells[1]} | "
-                     f"{t['evidence']}/{t['turns']} | {recovered} | {t['resets']} |")
+                     f"{recovered} | {t['evidence'] / t['turns']:.2f} ({t['evidence']}/{t['turns']}) | "
+                     f"{odd['evidence'] / odd['turns']:.2f} / {even['evidence'] / even['turns']:.2f} | "
+                     f"{t['refused']} | {t['resets']} | `{turns}` |")
     return "\n".join(lines)
 
 
 def plot(results: list[dict], path: Path) -> None:
+    """Cumulative effective cost by turn, summed over each set's conversations: one panel per set,
+    mode and pricing rule, one line per policy."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = sorted({(r["conversation"], r["mode"]) for r in results})
+    panels = sorted({(group(r["conversation"]), r["mode"]) for r in results})
     fig, axes = plt.subplots(2, len(panels), figsize=(4.2 * len(panels), 7), squeeze=False)
-    for col, (conv, mode) in enumerate(panels):
-        for row, rule in enumerate(("openai", "anthropic")):
-            ax = axes[row][col]
-            for r in results:
-                if (r["conversation"], r["mode"]) == (conv, mode):
-                    costs = np.cumsum([t[rule] for t in r["turns"]]) / 1000
-                    ax.plot(range(1, len(costs) + 1), costs, marker="o", label=r["policy"])
-            ax.set_title(f"{conv}, {mode} mode, {rule}-style", fontsize=9)
+    for col, (kind, mode) in enumerate(panels):
+        for row_number, rule in enumerate(("openai", "anthropic")):
+            ax = axes[row_number][col]
+            for policy in POLICIES:
+                chosen = [r for r in results if (group(r["conversation"]), r["mode"], r["policy"])
+                          == (kind, mode, policy)]
+                if not chosen:
+                    continue
+                costs = np.cumsum(np.sum([[t[rule] for t in r["turns"]] for r in chosen], axis=0)) / 1000
+                hit = totals(chosen)
+                ax.plot(range(1, len(costs) + 1), costs, marker="o",
+                        label=f"{policy} (evidence {hit['evidence'] / hit['turns']:.2f})")
+            ax.set_title(f"{kind}, {mode} mode, {rule}-style", fontsize=9)
             ax.set_xlabel("turn")
             ax.grid(alpha=0.3)
-        axes[0][col].legend(fontsize=8)
+            ax.legend(fontsize=7)
     axes[0][0].set_ylabel("cumulative effective cost (k tokens)")
     axes[1][0].set_ylabel("cumulative effective cost (k tokens)")
     fig.tight_layout()
@@ -336,17 +417,39 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def sweep(headrooms: list[float], evidences: list[float]) -> None:
-    conv = contracts()
-    print("| headroom | evidence | OpenAI-style x none | Anthropic-style x none | evidence | resets |")
+def sweep(evidences: list[float], modes: list[str]) -> None:
+    """``prefix.evidence`` on the protocol's document conversations: cost and evidence per setting."""
+    conversations = protocol()
+    print("| evidence share | mode | OpenAI-style x none | Anthropic-style x none | evidence | odd / even |")
     print("|---|---|---|---|---|---|")
-    for h in headrooms:
-        for e in evidences:
-            results = run([conv], ["cost"], h, e)
-            none, new = (totals(r) for r in results if r["policy"] in ("none", "prefix"))
-            ratios = [new[k] / none[k] for k in ("openai", "anthropic")]
-            print(f"| {h} | {e} | {ratios[0]:.2f} | {ratios[1]:.2f} | {new['evidence']}/{TURNS} | "
-                  f"{new['resets']} |", flush=True)
+    for e in evidences:
+        results = run(conversations, modes, None, e, policies=("none", "prefix"))
+        for mode in modes:
+            none = totals([r for r in results if r["mode"] == mode and r["policy"] == "none"])
+            new = [r for r in results if r["mode"] == mode and r["policy"] == "prefix"]
+            t, odd, even = totals(new), totals(new, 1), totals(new, 0)
+            ratios = [t[k] / none[k] for k in ("openai", "anthropic")]
+            print(f"| {e} | {mode} | {ratios[0]:.2f} | {ratios[1]:.2f} | {t['evidence'] / t['turns']:.2f} | "
+                  f"{odd['evidence'] / odd['turns']:.2f} / {even['evidence'] / even['turns']:.2f} |",
+                  flush=True)
+
+
+def conversations_named(names: str) -> list[Conversation]:
+    """``documents`` (the protocol's five), ``chats`` (the LoCoMo five), ``contracts`` and ``locomo``
+    (the old single conversations), or single ones by name (``contracts-1``, ``locomo-3``)."""
+    out: list[Conversation] = []
+    for name in names.split(","):
+        if name == "documents":
+            out += protocol()
+        elif name == "chats":
+            out += chats()
+        elif name == "contracts":
+            out.append(contracts())
+        elif name == "locomo":
+            out.append(locomo())
+        else:
+            out += [c for c in [*protocol(), *chats()] if c.name == name]
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -354,26 +457,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--headroom", type=float, default=None,
                         help="room left after a reset: reset_fill = 1 - this")
     parser.add_argument("--evidence", type=float, default=None, help="prefix.evidence (default: the default)")
-    parser.add_argument("--conversations", default="contracts,locomo")
+    parser.add_argument("--conversations", default="documents,chats",
+                        help="documents, chats, contracts, locomo, or names such as contracts-1")
     parser.add_argument("--modes", default="cost,window")
-    parser.add_argument("--sweep", action="store_true", help="headroom x evidence, contracts, cost mode")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--sweep", action="store_true", help="prefix.evidence on the documents, both modes")
+    parser.add_argument("--out", default="conversation", help="name of the JSON and PNG under bench/out/")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
     args = parser.parse_args(argv)
     if args.sweep:
-        sweep([0.3, 0.5, 0.7], [0.05, 0.1, 0.2])
+        sweep([0.05, 0.1, 0.2, 0.4], args.modes.split(","))
         return
-    builders = {"contracts": contracts, "locomo": locomo}
-    conversations = [builders[name]() for name in args.conversations.split(",")]
+    conversations = conversations_named(args.conversations)
     started = time.perf_counter()
-    results = run(conversations, args.modes.split(","), args.headroom, args.evidence)
+    results = run(conversations, args.modes.split(","), args.headroom, args.evidence,
+                  policies=tuple(args.policies.split(",")))
     print(table(results))
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "conversation.json").write_text(json.dumps({"results": results, "library": library_version(),
-                                                       "seconds": time.perf_counter() - started}, indent=1))
-    plot(results, OUT / "conversation.png")
+    (OUT / f"{args.out}.json").write_text(json.dumps({"results": results, "library": library_version(),
+                                                      "seconds": time.perf_counter() - started}, indent=1))
+    plot(results, OUT / f"{args.out}.png")
     if args.publish:
-        shutil.copy(OUT / "conversation.png", PLOTS / "conversation.png")
-    print(f"\nwrote {OUT / 'conversation.json'} and conversation.png ({time.perf_counter() - started:.0f} s)")
+        shutil.copy(OUT / f"{args.out}.png", PLOTS / "conversation.png")
+    print(f"\nwrote {OUT / args.out}.json and .png ({time.perf_counter() - started:.0f} s)")
 
 
 if __name__ == "__main__":

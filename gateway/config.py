@@ -85,6 +85,13 @@ class Prefix(_Strict):
     # A reset cuts the older messages' long texts again, together, for the task (MixPR), to this share
     # of the room that what it cannot cut leaves (window mode; cost mode: to budget_tokens in all).
     reset_fill: float = Field(0.6, gt=0, le=1)
+    # In a conversation over a pasted document (no tool results), a reset leaves this share instead:
+    # each later question brings evidence of its own from the whole document, so the older part
+    # needs less of it, and a smaller rewrite leaves room for more questions before the next reset.
+    document_fill: float = Field(0.3, gt=0, le=1)
+    # A pasted document (a user message over the first-sight cap) keeps keep_tokens plus this share of
+    # the rest at first sight, at most the cap; follow-ups bring evidence from what it cut.
+    document_keep: float = Field(0.05, ge=0, le=1)
     # Cost mode: past the trigger, a reset is made only when what it saves in cache reads over the
     # turns the conversation can expect (this times the turns it has had) pays for rewriting the
     # cached prefix, priced with the model's own prices (gateway.prices); 0: only one that pays by the
@@ -106,6 +113,8 @@ class PrefixOverrides(_Strict):
     keep: float | None = Field(None, ge=0, le=1)
     argument_tokens: int | None = Field(None, ge=0)
     reset_fill: float | None = Field(None, gt=0, le=1)
+    document_fill: float | None = Field(None, gt=0, le=1)
+    document_keep: float | None = Field(None, ge=0, le=1)
     reset_horizon: float | None = Field(None, ge=0)
     reset_min_tokens: int | None = Field(None, ge=1)
     evidence: float | None = Field(None, ge=0, le=1)

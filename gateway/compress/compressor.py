@@ -253,7 +253,8 @@ class Compressor:
         router: Router | None,
     ) -> Outcome:
         stream_tokens, fixed = counts
-        budget = max(1, policy.budget(fixed, target, settings, control))
+        parts = _never_cut(conv, fixed, target) if target.limit <= fixed else ""  # only for the 400
+        budget = max(1, policy.budget(fixed, target, settings, control, parts))
         route = control.route or settings.router
         key = await self.routes.key(router.name, conv.text) if route == "auto" and router else None
         if key:
@@ -303,10 +304,19 @@ class Compressor:
         raise ContextLengthExceeded(
             f"The prompt is {stream_tokens + fixed} tokens and the model accepts {target.window} "
             f"(with {target.reserve} kept for the reply). Compressed it is still {final} tokens: "
-            f"the parts kept verbatim (system messages, tool definitions and calls, images, "
-            f"the final question) alone take too much.",
+            f"what is never compressed alone takes too much ({_never_cut(conv, fixed, target)}).",
             param="messages",
         )
+
+
+def _never_cut(conv: conversation.Conversation, fixed: int, target: Target) -> str:
+    """The parts compression leaves whole, largest first, in the model's tokens (tool definitions:
+    what ``fixed`` holds besides the messages' own parts)."""
+    parts = [(name, target.tokens(n)) for name, n in conversation.never_cut(conv, target.model)]
+    tools = fixed - sum(n for name, n in parts if name != "the question")
+    if tools > 0:
+        parts.append(("tool definitions", tools))
+    return ", ".join(f"{name} {n:,} tokens" for name, n in sorted(parts, key=lambda p: -p[1]))
 
 
 async def split(messages: list[dict[str, Any]]) -> conversation.Conversation:

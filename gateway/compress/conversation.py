@@ -132,6 +132,21 @@ def _verbatim(messages: Sequence[dict[str, Any]]) -> tuple[str, int]:
     return "\n".join(texts), media
 
 
+def never_cut(conv: Conversation, model: str | None) -> list[tuple[str, int]]:
+    """What compression leaves whole, by kind, in tokens (the counts the 400 for a prompt that cannot
+    fit names): system and developer messages, tool calls (with names and ids), images and audio,
+    message framing, and the question (the newest user message's last paragraph, always kept)."""
+    system = [m for m in conv.messages if m.get("role") in VERBATIM_ROLES]
+    calls = [m for m in conv.messages if m.get("role") not in VERBATIM_ROLES]
+    span = conv.query_span
+    parts = [("system and developer messages", count_tokens(_verbatim(system)[0], model)),
+             ("tool calls, names and ids", count_tokens(_verbatim(calls)[0], model)),
+             ("images and audio", TOKENS_PER_MEDIA_PART * conv.media_parts),
+             ("message framing", TOKENS_PER_MESSAGE * len(conv.messages) + TOKENS_PER_REPLY),
+             ("the question", count_tokens(conv.text[span[0]:span[1]], model) if span else 0)]
+    return [(name, tokens) for name, tokens in parts if tokens]
+
+
 def overhead_tokens(conv: Conversation, model: str, tools: Any = None) -> int:
     """Framing, media and tool definitions: the fixed tokens other than the verbatim text."""
     tokens = TOKENS_PER_MESSAGE * len(conv.messages) + TOKENS_PER_REPLY

@@ -69,11 +69,13 @@ def threshold(target: Target, settings: MixprSettings, control: Control) -> int 
     return target.limit
 
 
-def budget(fixed: int, target: Target, settings: MixprSettings, control: Control) -> int:
-    """Tokens MixPR may keep: auto fills the room up to the cap; a number is capped by the room."""
+def budget(fixed: int, target: Target, settings: MixprSettings, control: Control, parts: str = "") -> int:
+    """Tokens MixPR may keep: auto fills the room up to the cap; a number is capped by the room.
+    ``parts``: what ``fixed`` is made of, for the 400 when it leaves no room."""
     room = target.limit - fixed
     if room < 1:
-        raise ContextLengthExceeded(_no_room(fixed, target), param=_blamed(fixed, target))
+        said = _no_room(fixed, target) + (f" Never compressed: {parts}." if parts else "")
+        raise ContextLengthExceeded(said, param=_blamed(fixed, target))
     asked = control.budget_tokens or settings.budget_tokens
     return min(settings.max_budget_tokens if asked == AUTO else asked, room)
 

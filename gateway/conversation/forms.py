@@ -41,9 +41,6 @@ ERROR_START = re.compile(r"\A\s*(?:error\b|exception\b|traceback \(most recent c
                          r"\S+: (?:command not found|no such file or directory))", re.IGNORECASE)
 ERROR_MAX_CHARS = 20_000  # a longer output that starts with "Error" is a log like any other
 ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as written
-# A pasted document (a user message over the cap) keeps keep_tokens plus this share of the rest, at
-# most the cap: follow-ups bring evidence from what it cut. (``prefix.keep`` is the tool outputs'.)
-DOCUMENT_KEEP = 0.1
 # A tool output's head and tail, each: what a client's own cut keeps (Codex and mini-swe-agent keep the
 # first and last 2,000 characters of an output over 4,000), so a first-sight form is never behind it.
 EDGE_CHARS = 2000
@@ -144,18 +141,23 @@ def _path(arguments: Any) -> str | None:
 # -- budgets ---------------------------------------------------------------------------------------
 
 
-def budget(piece: Piece, tokens: int, settings: Prefix, cap: int) -> int | None:
+def budget(piece: Piece, tokens: int, settings: Prefix, cap: int, *, sent_whole: bool = False) -> int | None:
     """Tokens ``piece`` (of ``tokens``) keeps at first sight; None: sent as it is. ``cap``: the most a
     first-sight form may keep (a share of the room: a small window). A user message (a task,
     instructions, a pasted document) is cut at first sight only over ``cap``: what the user wrote is
-    read whole while it fits. Later cuts are a reset's (``gateway.conversation.recut``)."""
+    read whole while it fits. Later cuts are a reset's (``gateway.conversation.recut``).
+    ``sent_whole``: a cost budget, where a pasted document and its question were sent alone compressed
+    to the cap; its form is then that cut, so the second request reads the first from the cache (a
+    smaller form would rewrite it)."""
     if piece.call is not None:  # tool-call arguments: their long strings keep a fixed share
         kept = settings.argument_tokens
         return kept if piece.first_sight and kept and tokens > 2 * kept else None
     above = cap if piece.question else min(settings.min_tokens, cap)
     if not piece.first_sight or tokens <= above:
         return None
-    keep = DOCUMENT_KEEP if piece.question else settings.keep
+    if piece.question and sent_whole:
+        return min(tokens, cap) if cap < tokens else None
+    keep = settings.document_keep if piece.question else settings.keep
     first = min(tokens, cap, int(settings.keep_tokens + keep * (tokens - settings.keep_tokens)))
     return first if first < tokens else None
 

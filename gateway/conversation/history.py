@@ -77,6 +77,9 @@ class History:
         bridge = Bridge(asyncio.get_running_loop(), ticket, self.compressor.workers.size)
         try:
             outcome = await self.compressor.builds.run(self._build, request, bridge, model_name)
+        except report.DoesNotFit as exc:  # the whole request, for its question: never refuse what can fit
+            log.info("conversation forms do not fit (%s); compressing the whole request", exc.message)
+            return replace(await self.today(request), reset=True)
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a failed build must not cost an answer: the whole request, as today
@@ -115,6 +118,9 @@ class History:
     def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
         space = room(request.target, request.settings, request.control)
         plan = self._plan(request, space.cap, bridge.loop)
+        plan.cost_mode = space.after is not None
+        if plan.over_document:  # later questions bring their own evidence: a reset keeps less
+            space = replace(space, fill=request.settings.prefix.document_fill)
         ends = resets.turn_ends(request.messages)
         reach = resets.Reach(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
@@ -138,6 +144,7 @@ class History:
         conversation that never passes the trigger computes none)."""
         self._forms(plan, bridge, range(len(plan.pieces)))
         self._evidence(plan, bridge, room)
+        plan.recuttable = [n for n in range(len(plan.pieces)) if plan.may_cut(n)]  # blocks are cut too
         return [plan.size(j, resets.FIRST_SIGHT) for j in range(len(plan.request.messages))]
 
     def _recut(self, plan: Plan, bridge: Bridge, i: int, end: int, budget: int,
@@ -201,7 +208,8 @@ class History:
         settings, model = plan.request.settings.prefix, plan.request.target.model
         wanted: dict[str, tuple[int, list[int]]] = {}  # form -> budget, its pieces
         for number in numbers:
-            asked = forms.budget(plan.pieces[number], plan.tokens[number], settings, plan.cap)
+            asked = forms.budget(plan.pieces[number], plan.tokens[number], settings, plan.cap,
+                                 sent_whole=plan.cost_mode)
             if asked is not None:  # the same text at the same budget (a repeated output): one form
                 name = forms.key(plan.pieces[number], asked, plan.salt)
                 wanted.setdefault(name, (asked, []))[1].append(number)
@@ -239,7 +247,9 @@ class History:
         settings, model = plan.request.settings.prefix, plan.request.target.model
         last = len(plan.request.messages) - 1
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
-        wanted: dict[str, tuple[int, tuple[Any, ...]]] = {}  # block -> its piece, its job
+        # block -> its pieces, its job: a question asked again (the same words about another of the
+        # documents) gets the same block, and the earlier asking keeps its own
+        wanted: dict[str, tuple[list[int], tuple[Any, ...]]] = {}
         for number, piece in enumerate(plan.pieces):
             if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
@@ -252,15 +262,18 @@ class History:
             cap = max(1, int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence * more))
             question = forms.split_question(piece.text)[1] or piece.text
             texts = [plan.pieces[q].text for q in cut]
-            name = "e" + forms.key(piece, cap, plan.salt + "\x00".join(texts))
-            wanted[name] = (number, (question, texts, cap, model))
+            # What their first-sight forms hold is sent before the question: not repeated.
+            present = "\n".join(plan.forms[(q, resets.FIRST_SIGHT)][0] for q in cut
+                                 if (q, resets.FIRST_SIGHT) in plan.forms)
+            name = "e" + forms.key(piece, cap, plan.salt + "\x00".join([*texts, present]))
+            wanted.setdefault(name, ([], (question, texts, cap, model, present)))[0].append(number)
         known = self.store.found(list(wanted), bridge.loop)
         missing = {name: job for name, job in wanted.items() if name not in known}
         if missing:
             known |= self._computed(plan, bridge, missing, evidence.evidence_job,
                                     [job for _, job in missing.values()])
-        for name, (number, _) in wanted.items():
-            if name in known:  # a failed block: that follow-up goes without evidence
+        for name, (numbers, _) in wanted.items():
+            for number in numbers if name in known else ():  # a failed block: no evidence for them
                 plan.evidence[number] = known[name]
 
 

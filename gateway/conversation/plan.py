@@ -48,16 +48,25 @@ class Plan:
     new_forms: int = 0  # forms computed for this request (found neither in memory nor in Redis)
     failed: int = 0  # forms and evidence blocks the pool failed to compute (their pieces keep what they had)
     recuttable: list[int] = field(default_factory=list)  # the pieces a reset may cut
+    cost_mode: bool = False  # a cost budget (a pasted document's form is its question's cut, at the cap)
+
+    @property
+    def over_document(self) -> bool:
+        """A conversation over a pasted document: a user message over the cap, and no tool results."""
+        return (not any(p.role == "tool" for p in self.pieces)
+                and any(p.question and t > self.cap for p, t in zip(self.pieces, self.tokens, strict=True)))
 
     def size(self, message: int, level: resets.Level) -> int:
         """A message's tokens at ``level``."""
-        total = self.rest[message]
-        for number in self.by_message.get(message, ()):
-            form = self.forms.get((number, level))
-            total += form[1] if form is not None else self.tokens[number]
-            if level == 0 and number in self.evidence:
-                total += self.evidence[number][1]
-        return total
+        return self.rest[message] + sum(self.piece_size(n, level) for n in self.by_message.get(message, ()))
+
+    def piece_size(self, number: int, level: resets.Level) -> int:
+        """A piece's tokens at ``level``: its form (or its text), and at first sight its evidence block."""
+        form = self.forms.get((number, level))
+        size = form[1] if form is not None else self.tokens[number]
+        if level == resets.FIRST_SIGHT and number in self.evidence:
+            size += self.evidence[number][1]
+        return size
 
     def text(self, number: int, level: resets.Level) -> str:
         """What is sent for a piece at ``level``: its form (or its text), after its evidence block."""
@@ -70,6 +79,8 @@ class Plan:
         """A piece a reset may cut: long text (a user message only when it does not fit whole);
         ``wide``: anything a placeholder shortens, when nothing else makes the request fit."""
         piece, tokens = self.pieces[number], self.tokens[number]
+        if number in self.evidence:  # a follow-up: a reset drops its block (the cut is for every question)
+            return True
         if wide:
             return tokens > recut.PLACEHOLDER_TOKENS * 2
         return tokens > (self.cap if piece.question else self.request.settings.prefix.reset_min_tokens)
@@ -82,11 +93,7 @@ class Plan:
 
     def movable(self, end: int, levels: Sequence[resets.Level], wide: bool, spare: int = -1) -> int:
         """Tokens of the pieces a reset over ``[0, end)`` may cut, as they are now."""
-        total = 0
-        for number in self.pool(end, wide, spare):
-            form = self.forms.get((number, levels[self.pieces[number].message]))
-            total += form[1] if form is not None else self.tokens[number]
-        return total
+        return sum(self.piece_size(n, levels[self.pieces[n].message]) for n in self.pool(end, wide, spare))
 
 
 def rest(message: dict[str, Any], own: list[forms.Piece]) -> tuple[str, int]:

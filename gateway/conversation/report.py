@@ -67,12 +67,15 @@ def fallback(plan: Plan, problems: list[str], original: int, final: int) -> Outc
         return Outcome(request.messages, "passthrough", original, original)
     if plan.failed:  # not the client's fault: the whole request, as today (503 if the pool is down)
         raise RuntimeError(f"{plan.failed} forms failed and what was built does not fit")
-    raise ContextLengthExceeded(
-        f"The prompt is {original} tokens and the model accepts {request.target.window} (with "
-        f"{request.target.reserve} kept for the reply). Compressed it is still {final} tokens: the "
-        f"parts kept verbatim (system messages, tool definitions, images, the newest turn, every tool "
-        f"call with its id, name and short arguments) alone "
-        f"take too much.", param="messages")
+    # The forms and resets could not bring it into the window (what they may not cut, or a cut that
+    # came out larger than asked): the whole request compressed for its question still may, and a
+    # conversation that can fit is never refused (the caller falls back to it).
+    raise DoesNotFit(f"built {final} tokens where {request.target.limit} fit", param="messages")
+
+
+class DoesNotFit(ContextLengthExceeded):
+    """The conversation's forms at their deepest resets do not fit the window: the caller compresses
+    the whole request instead, which raises the client's 400 only when the parts never cut exceed it."""
 
 
 def reused(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,

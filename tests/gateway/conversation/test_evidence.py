@@ -1,0 +1,34 @@
+"""A follow-up's evidence block: what MixPR retrieves for the new question from the earlier document."""
+
+from __future__ import annotations
+
+from corpus import filler
+
+from gateway.conversation import evidence
+
+# A clause of two sentences: a lawyer's answer is the whole clause, as written.
+CLAUSE = ("The licensee shall pay the harbour authority a mooring royalty of four percent of gross "
+          "receipts. The mooring royalty is due within thirty days after each calendar quarter ends.")
+QUESTION = "What mooring royalty does the licensee pay the harbour authority, and when is it due?"
+
+
+def test_an_answer_of_adjacent_sentences_arrives_whole() -> None:
+    """Sentences kept next to each other are one passage: a gap marker between them would tell the
+    model that text is missing where none is (and break the clause a reader quotes)."""
+    document = "\n\n".join([filler(400, seed=1), CLAUSE, filler(400, seed=2)])
+    block, tokens = evidence.evidence_job(QUESTION, [document], 300, None)
+    assert CLAUSE in block
+    assert 0 < tokens <= 300 + 60  # the cap, and the block's own tags
+
+
+def test_what_the_documents_form_already_holds_is_not_repeated() -> None:
+    """The document's first-sight form is sent before every follow-up: a passage it holds is not
+    sent again in the block, and the room goes to a passage the form cut."""
+    late = ("Late mooring royalty payments to the harbour authority bear interest at two percent per "
+            "month until the licensee pays them in full.")
+    document = "\n\n".join([filler(300, seed=1), CLAUSE, filler(300, seed=2), late, filler(300, seed=3)])
+    question = "What mooring royalty does the licensee pay the harbour authority, and what if it is late?"
+    alone, _ = evidence.evidence_job(question, [document], 120, None)
+    assert CLAUSE in alone  # without a form to leave out: the best match
+    block, _ = evidence.evidence_job(question, [document], 120, None, present=f"Intro. {CLAUSE} More.")
+    assert CLAUSE not in block and late in block
