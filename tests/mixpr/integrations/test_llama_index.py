@@ -8,7 +8,6 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
 from llama_index.core.schema import ImageNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-import mixpr  # noqa: F401  (first: it points tiktoken at local files before llama-index loads it)
 from mixpr.engine import join_spans
 from mixpr.integrations.llama_index import MixPRNodePostprocessor
 from mixpr.tokens import count_tokens
