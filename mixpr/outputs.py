@@ -60,13 +60,13 @@ def compress_blocks(
     blocks = kinds.split(text, found, source)
     scores = block_scores(blocks, query)
     keep, kept, kept_tokens = _fit(blocks, scores, budget_tokens, model, tokens / max(1, len(text)))
-    if kept_tokens > budget_tokens:
-        blocks, keep, kept, kept_tokens = _cut_inside(blocks, keep, scores, budget_tokens, model)
     spans = list(zip(blocks.starts[keep].tolist(), blocks.ends[keep].tolist(), strict=True))
+    if kept_tokens > budget_tokens:
+        kept, spans, kept_tokens = _cut_inside(blocks, keep, scores, budget_tokens, model)
     stats = {
         "kind": found,
         "original_chunks": len(blocks),
-        "kept_chunks": len(keep),
+        "kept_chunks": len(spans),
         "kept_tokens": kept_tokens,
     }
     return kept, spans, stats
@@ -140,11 +140,11 @@ def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | Non
 
 
 def _cut_inside(blocks: kinds.Blocks, keep: np.ndarray, scores: np.ndarray, budget: int,
-                model: str | None) -> tuple[kinds.Blocks, np.ndarray, str, int]:  # fmt: skip
+                model: str | None) -> tuple[str, list[tuple[int, int]], int]:  # fmt: skip
     """When the best block alone is over the budget (a long line's piece is cut at ``LONG_LINE``
     characters, a thousand tokens of CJK): its head within what its markers leave, at a line's end
     when one is in the head's second half, and a marker for the rest. A budget too small for a marker
-    beside any of it keeps the text's first tokens, with no marker (one block, the head)."""
+    beside any of it keeps the text's first tokens, with no marker. The kept text, span and tokens."""
     best = int(keep[np.argmax(scores[keep])]) if len(keep) else 0
     start, end = int(blocks.starts[best]), int(blocks.ends[best])
     room = budget
@@ -155,15 +155,13 @@ def _cut_inside(blocks: kinds.Blocks, keep: np.ndarray, scores: np.ndarray, budg
             head = head[: line_end + 1]
         if not head:
             break
-        pieces = _split_block(blocks, best, start + len(head))
-        kept = markers.assemble(pieces, np.array([best]))
+        kept = markers.assemble(_split_block(blocks, best, start + len(head)), np.array([best]))
         tokens = count_tokens(kept, model)
         if tokens <= budget:
-            return pieces, np.array([best]), kept, tokens
+            return kept, [(start, start + len(head))], tokens
         room -= tokens - budget
     head = budget_.head_within(blocks.text, budget, model)
-    pieces = _split_block(blocks, 0, len(head)) if head else blocks
-    return pieces, np.array([0] if head else [], dtype=np.int64), head, count_tokens(head, model)
+    return head, [(0, len(head))] if head else [], count_tokens(head, model)
 
 
 def _split_block(blocks: kinds.Blocks, i: int, at: int) -> kinds.Blocks:
