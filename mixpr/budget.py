@@ -22,6 +22,9 @@ __all__ = ["head_within", "join_spans", "shrink", "spans_within"]
 Found = TypeVar("Found")
 # Each round asks for less by a growing multiple of the excess, and lands within it in a few.
 ROUNDS = 6
+# A head of n tokens is looked for in the text's first this many characters a token: tokens before the
+# window's end are the whole text's (but the last piece's), and the head is recounted anyway.
+_WINDOW_CHARS = 64
 
 
 def shrink(run: Callable[[int], Found], tokens: Callable[[Found], int], budget: int, asked: int,
@@ -47,7 +50,10 @@ def head_within(text: str, budget: int, model: str | None) -> str:
     end inside one), stepped back while a re-encoding of it (tokens merge differently at its end) is
     still over."""
     encoding = encoding_for(model)
-    ids = encoding.encode_ordinary(text)
+    window = text[: _WINDOW_CHARS * (budget + 1)]  # a 1M-token text is not encoded for a 30-token head
+    ids = encoding.encode_ordinary(window)
+    if len(ids) <= budget and len(window) < len(text):
+        ids = encoding.encode_ordinary(text)
     if len(ids) <= budget:
         return text
     if budget < 1:
