@@ -25,9 +25,13 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # LiteLLM otherwise phones home and prints help banners on every error.
 os.environ.setdefault("LITELLM_TELEMETRY", "False")
 
+# The gateway's process is its own: tiktoken reads LiteLLM's bundled encodings (offline, p50k_base
+# too), as LiteLLM itself sets once imported. The mixpr library never writes the environment.
+_LITELLM = importlib.util.find_spec("litellm")
+if _LITELLM is not None and _LITELLM.submodule_search_locations:
+    os.environ.setdefault("TIKTOKEN_CACHE_DIR", os.path.join(next(iter(_LITELLM.submodule_search_locations)),
+                                                             "litellm_core_utils", "tokenizers"))  # fmt: skip
 
-# mixpr.tokens points tiktoken at LiteLLM's bundled encodings (offline) as it loads.
-import mixpr.tokens  # noqa: E402, F401
 from gateway.config import ConfigError, GatewayConfig, load_config  # noqa: E402
 
 __all__ = ["ConfigError", "GatewayConfig", "create_app", "load_config"]

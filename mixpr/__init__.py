@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mixpr import engine
+from mixpr import budget, engine
 from mixpr.engine import ROUTES, Compressed
 from mixpr.kinds import KINDS
 from mixpr.tokens import count_tokens
@@ -26,10 +26,6 @@ __all__ = ["KINDS", "ROUTES", "Compressed", "compress", "count_tokens", "engine"
 
 # Between the text and a question given apart: a blank line, so the question is its own paragraph.
 _GAP = "\n\n"
-# Tokens can merge across the seam between the text and the question, so the text's share of the
-# budget is checked after the cut; each round asks
-# for less by a growing multiple of the excess, and lands within it in a few.
-_FIT_ROUNDS = 6
 
 
 def compress(
@@ -50,9 +46,12 @@ def compress(
     ``text``'s own trailing paragraph (after a blank line), or its last sentence; that question is
     then kept in the result.
 
-    ``budget_tokens`` bounds ``result.text``'s tokens, counted with ``model``'s tiktoken encoding
-    (``cl100k_base`` for a model tiktoken does not know); ``top_k`` keeps that many chunks
-    instead. A text that already fits comes back whole.
+    ``budget_tokens`` (any integer from 1) bounds ``result.text``'s tokens, counted with ``model``'s
+    tiktoken encoding (``cl100k_base`` for a model tiktoken does not know); ``top_k`` keeps that many
+    chunks instead. A text that already fits comes back whole; whitespace over the budget comes back
+    as "". When no choice of chunks fits (one dense chunk, or the text's own question, is over the
+    budget), the result is the kept text's first ``budget_tokens`` tokens: its spans end where it
+    ends, and ``stats["cut_to_budget"]`` is True.
 
     ``route`` picks MixPR's expert: "local" (a question about one fact: personalised PageRank
     around the question), "global" (a summary of the whole text: PageRank), "heuristic" (decide
@@ -69,12 +68,14 @@ def compress(
     """
     _check(text, query, budget_tokens, top_k, route, kind)
     question = (query or "").strip()
-    if kind is not None:
+    if kind is not None:  # within the budget (``mixpr.outputs``)
         return engine.compress(text, budget_tokens=budget_tokens, kind=kind, query=question, model=model)
     if not question:
-        return engine.compress(text, budget_tokens=budget_tokens, top_k=top_k, route=route, ask_llm=ask_llm,
-                               model=model)  # fmt: skip
-    return _with_question(text, question, budget_tokens, top_k, route, ask_llm, model)
+        found = engine.compress(text, budget_tokens=budget_tokens, top_k=top_k, route=route, ask_llm=ask_llm,
+                                model=model)  # fmt: skip
+    else:
+        found = _with_question(text, question, budget_tokens, top_k, route, ask_llm, model)
+    return found if top_k is not None else _within(text, found, budget_tokens, model)
 
 
 def _check(text, query, budget_tokens, top_k, route, kind) -> None:
@@ -95,7 +96,8 @@ def _check(text, query, budget_tokens, top_k, route, kind) -> None:
 
 def _with_question(text, question, budget_tokens, top_k, route, ask_llm, model) -> Compressed:
     """The engine on ``text``, a blank line and ``question`` (``query_span``: always kept, never
-    merged with the text's last sentence); the result drops the question again."""
+    merged with the text's last sentence); the result drops the question again. The engine's budget
+    covers the question; what comes back is checked on the text alone (``budget.shrink``)."""
     tokens = count_tokens(text, model)
     if top_k is None and tokens <= budget_tokens or not text.strip():
         stats = {"method": "mixpr", "route": None, "router": None, "alpha": None, "original_tokens": tokens,
@@ -103,20 +105,37 @@ def _with_question(text, question, budget_tokens, top_k, route, ask_llm, model) 
         return Compressed(text, [(0, len(text))] if text else [], stats)
     joined = f"{text}{_GAP}{question}"
     asked_tokens = count_tokens(_GAP + question, model)
-    asked = None if top_k is not None else budget_tokens + asked_tokens
-    for attempt in range(1, _FIT_ROUNDS + 1):
+
+    def run(asked: int | None) -> Compressed:
         found = engine.compress(
             joined, budget_tokens=asked, top_k=top_k, route=route, ask_llm=ask_llm, model=model,
             boundaries=(len(text),), original_tokens=tokens + asked_tokens,
             query_span=(len(text) + len(_GAP), len(joined)),
         )  # fmt: skip
         spans = [(start, min(end, len(text))) for start, end in found.spans if start < len(text)]
-        kept = engine.join_spans(text, spans)
-        kept_tokens = count_tokens(kept, model)
-        if top_k is not None or kept_tokens <= budget_tokens:
-            break
-        asked -= (kept_tokens - budget_tokens) * attempt
-    asked_chunks = len(found.spans) - len(spans)
-    stats = {**found.stats, "original_tokens": tokens, "kept_tokens": kept_tokens, "kept_chunks": len(spans),
-             "original_chunks": found.stats["original_chunks"] - asked_chunks}  # fmt: skip
+        kept = budget.join_spans(text, spans)
+        chunks = found.stats["original_chunks"] - (len(found.spans) - len(spans))  # the question's are not
+        stats = {**found.stats, "original_tokens": tokens, "kept_tokens": count_tokens(kept, model),
+                 "kept_chunks": len(spans), "original_chunks": chunks}  # fmt: skip
+        return Compressed(kept, spans, stats)
+
+    if top_k is not None:
+        return run(None)
+    return budget.shrink(run, _kept_tokens, budget_tokens, budget_tokens + asked_tokens)
+
+
+def _kept_tokens(found: Compressed) -> int:
+    return found.stats["kept_tokens"]
+
+
+def _within(text: str, found: Compressed, budget_tokens: int, model: str | None) -> Compressed:
+    """``found`` when it fits; else its first ``budget_tokens`` tokens (whitespace: nothing)."""
+    if found.stats["kept_tokens"] <= budget_tokens:
+        return found
+    if not found.text.strip():
+        kept, spans = "", []
+    else:
+        kept, spans = budget.spans_within(text, found.spans, budget_tokens, model)
+    stats = {**found.stats, "kept_tokens": count_tokens(kept, model), "kept_chunks": len(spans),
+             "cut_to_budget": True}  # fmt: skip
     return Compressed(kept, spans, stats)

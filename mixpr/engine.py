@@ -38,6 +38,7 @@ from mixpr import (
     structure,
 )
 from mixpr import query as questions  # ``query`` is also compress()'s keyword
+from mixpr.budget import join_spans
 from mixpr.chunking import Chunks, chunk_text
 from mixpr.embedding import bm25, counts_and_words, tfidf, unit_rows
 from mixpr.tokens import count_tokens
@@ -84,7 +85,8 @@ def compress(
     ``boundaries`` are offsets no chunk may cross (e.g. message boundaries).
     ``query_span``: where the question is, as (start, end) character offsets in ``text``;
     without it the question is the text's trailing paragraph (after a blank line) if short,
-    else its last chunk (see ``mixpr.query``). The query chunks are always kept.
+    else its last chunk (see ``mixpr.query``). The query chunks are always kept, even when they alone
+    are over ``budget_tokens`` (the gateway sends its question whole); ``mixpr.compress`` then cuts.
 
     ``kind``: cut ``text`` by its content kind (``mixpr.kinds.KINDS``: "auto" detects it; "code",
     "log", "json", "grep", "diff", "prose") instead of into the paper's sentences, for tool outputs:
@@ -100,6 +102,10 @@ def compress(
     and kept within one ``budget_tokens``: an output the query needs keeps its lines, others give
     up their room. ``Compressed.parts`` holds each part's kept text with its markers ("" for a part
     that keeps nothing); ``text`` is their concatenation.
+
+    With ``kind`` the result is within ``budget_tokens`` for every budget of at least one token: a
+    block bigger than the budget is cut inside, with a marker, and a budget smaller than a marker keeps
+    the text's first tokens (``mixpr.outputs``).
     """
     if parts is not None:
         return _compress_parts(text, budget_tokens, kind, query, list(parts), model, original_tokens, source)
@@ -145,9 +151,12 @@ def _compress_kind(text, budget_tokens, kind, query, source, model, original_tok
         "alpha": None,
         "original_tokens": original_tokens,
     }
-    if original_tokens <= budget_tokens or not text.strip():  # small outputs pass whole
+    if original_tokens <= budget_tokens:  # small outputs pass whole
         stats.update(kind=None, kept_tokens=original_tokens, timings_ms=clock.timings())
         return Compressed(text, [(0, len(text))] if text else [], stats)
+    if not text.strip():  # whitespace over the budget: nothing to keep
+        stats.update(kind=None, kept_tokens=0, timings_ms=clock.timings())
+        return Compressed("", [], stats)
     kept, spans, found = clock.run(
         "rank", outputs.compress_blocks, text, kind=kind, query=query, source=source,
         budget_tokens=budget_tokens, model=model, tokens=original_tokens,
@@ -326,17 +335,6 @@ def _drop_worst(keep, scores, pinned, est_sizes, excess) -> np.ndarray:
 def assemble(chunks: Chunks, keep: np.ndarray) -> str:
     """The kept chunks' original text; a gap becomes a newline if it held one, else a space."""
     return join_spans(chunks.text, zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
-
-
-def join_spans(text: str, spans: Iterable[tuple[int, int]]) -> str:
-    """The text of sorted, disjoint ``spans`` of ``text``, joined as ``assemble`` joins kept chunks."""
-    parts, previous_end = [], None
-    for start, end in spans:
-        if previous_end is not None and start != previous_end and not text[previous_end - 1].isspace():
-            parts.append("\n" if "\n" in text[previous_end:start] else " ")
-        parts.append(text[start:end])
-        previous_end = end
-    return "".join(parts)
 
 
 class _Clock:

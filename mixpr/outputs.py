@@ -19,9 +19,12 @@ All steps are sparse products or chains: linear in the text.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import scipy.sparse as sp
 
+from mixpr import budget as budget_
 from mixpr import experts, identifiers, kinds, markers, pagerank
 from mixpr.embedding import bm25, tfidf, unit_rows
 from mixpr.tokens import count_tokens
@@ -50,17 +53,20 @@ def compress_blocks(
     model: str | None,
     tokens: int,
 ) -> tuple[str, list[tuple[int, int]], dict]:
-    """The kept text (markers included, within ``budget_tokens`` unless one block alone is larger),
-    the kept blocks' spans in ``text``, and stats. ``tokens``: the text's own token count."""
+    """The kept text (markers included, within ``budget_tokens``), the kept blocks' spans in ``text``,
+    and stats. ``tokens``: the text's own token count. One block bigger than the budget is cut inside
+    (``_cut_inside``)."""
     found = kinds.resolve(text, kind)
     blocks = kinds.split(text, found, source)
     scores = block_scores(blocks, query)
     keep, kept, kept_tokens = _fit(blocks, scores, budget_tokens, model, tokens / max(1, len(text)))
     spans = list(zip(blocks.starts[keep].tolist(), blocks.ends[keep].tolist(), strict=True))
+    if kept_tokens > budget_tokens:
+        kept, spans, kept_tokens = _cut_inside(blocks, keep, scores, budget_tokens, model)
     stats = {
         "kind": found,
         "original_chunks": len(blocks),
-        "kept_chunks": len(keep),
+        "kept_chunks": len(spans),
         "kept_tokens": kept_tokens,
     }
     return kept, spans, stats
@@ -131,6 +137,50 @@ def _fit(blocks: kinds.Blocks, scores: np.ndarray, budget: int, model: str | Non
         kept = markers.assemble(blocks, keep)
         tokens = count_tokens(kept, model)
     return keep, kept, tokens
+
+
+def _cut_inside(blocks: kinds.Blocks, keep: np.ndarray, scores: np.ndarray, budget: int,
+                model: str | None) -> tuple[str, list[tuple[int, int]], int]:  # fmt: skip
+    """When the best block alone is over the budget (a long line's piece is cut at ``LONG_LINE``
+    characters, a thousand tokens of CJK): its head within what its markers leave, at a line's end
+    when one is in the head's second half, and a marker for the rest. A budget too small for a marker
+    beside any of it keeps the text's first tokens, with no marker. The kept text, span and tokens."""
+    best = int(keep[np.argmax(scores[keep])]) if len(keep) else 0
+    start, end = int(blocks.starts[best]), int(blocks.ends[best])
+    room = budget
+    for _ in range(FIT_ROUNDS):
+        head = budget_.head_within(blocks.text[start:end], room, model)
+        line_end = head.rfind("\n", 0, len(head) - 1)
+        if line_end >= len(head) // 2:
+            head = head[: line_end + 1]
+        if not head:
+            break
+        kept = markers.assemble(_split_block(blocks, best, start + len(head)), np.array([best]))
+        tokens = count_tokens(kept, model)
+        if tokens <= budget:
+            return kept, [(start, start + len(head))], tokens
+        room -= tokens - budget
+    head = budget_.head_within(blocks.text, budget, model)
+    return head, [(0, len(head))] if head else [], count_tokens(head, model)
+
+
+def _split_block(blocks: kinds.Blocks, i: int, at: int) -> kinds.Blocks:
+    """``blocks`` with block ``i`` cut in two at offset ``at``: its head keeps its first line number, the
+    rest starts on the line ``at`` falls in (``markers`` then name "part of output line N")."""
+    text, start, last = blocks.text, int(blocks.starts[i]), int(blocks.last_line[i])
+
+    def twice(values):  # block i's entry, twice: the head's and the rest's
+        return None if values is None else np.insert(values, i, values[i])
+
+    starts, ends, first_line, last_line = (twice(v) for v in
+                                           (blocks.starts, blocks.ends, blocks.first_line, blocks.last_line))
+    starts[i + 1] = ends[i] = at
+    first_line[i + 1] = min(last, first_line[i] + text.count("\n", start, at))
+    last_line[i] = min(last, first_line[i] + text.count("\n", start, max(start, at - 1)))
+    labels = [*blocks.labels[: i + 1], *blocks.labels[i:]] if blocks.labels else blocks.labels
+    return replace(blocks, starts=starts, ends=ends, first_line=first_line, last_line=last_line,
+                   pinned=twice(blocks.pinned), labels=labels, prior=twice(blocks.prior),
+                   first_row=twice(blocks.first_row))  # fmt: skip
 
 
 def filled(keep: np.ndarray, cost: np.ndarray) -> np.ndarray:

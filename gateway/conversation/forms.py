@@ -205,7 +205,9 @@ def edged(text: str, asked: int, query: str, source: str | None, model: str | No
     """A long text's first-sight form within ``asked`` tokens: its head and tail, as a client's own
     cut keeps them (at most ``EDGE_CHARS`` each, less for a small budget), and what MixPR picks from
     the middle for ``query``, cut by content kind. So the form holds at least what head+tail would at
-    its size, and the middle's best lines besides."""
+    its size, and the middle's best lines besides. Dense text (CJK: a token a character) can overrun
+    the edges' estimate (line ends are up to 200 characters away) or leave no room for the marker: a
+    form over ``asked`` is MixPR's own cut of the whole text instead, which fits."""
     edge = min(EDGE_CHARS, 2 * asked)  # characters a side: about half the budget each at 4 a token
     head, middle, tail = _cut(text, edge)
     edges = count_tokens(head, model) + count_tokens(tail, model)
@@ -222,7 +224,8 @@ def edged(text: str, asked: int, query: str, source: str | None, model: str | No
         kept = f"[… output lines {lines + 1}–{last} omitted …]\n"
     elif lines:  # MixPR numbered the middle's lines from 1: the output's own numbers
         kept = _OUTPUT_LINES.sub(lambda m: _shifted(m, lines), kept)
-    return head + kept + tail
+    form = head + kept + tail
+    return form if count_tokens(form, model) <= asked else _compressed(text, asked, query, source, model)
 
 
 def _cut(text: str, edge: int) -> tuple[str, str, str]:

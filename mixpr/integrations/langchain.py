@@ -8,7 +8,8 @@
 
 The retrieved documents are ranked together, chunk by chunk, against the query; the best chunks are
 kept within ``budget_tokens`` (in all), each document's in its order. A document with nothing kept
-is dropped; the others keep their order and metadata, and ``metadata["mixpr"]`` says what was cut:
+is dropped, an empty one (an image's, a metadata-only one) comes back untouched; the others keep their
+order and metadata, and ``metadata["mixpr"]`` says what was cut:
 ``kept_spans`` (character spans of the original ``page_content``), ``original_tokens``,
 ``kept_tokens`` and ``cut``. CPU only, no model; the async path runs it in a thread.
 """
@@ -41,13 +42,14 @@ class MixPRCompressor(BaseDocumentCompressor):
     def compress_documents(
         self, documents: Sequence[Document], query: str, callbacks: Callbacks | None = None
     ) -> Sequence[Document]:
-        """The documents' kept parts, in order; documents with nothing kept are left out."""
+        """The documents' kept parts, in order; documents with nothing kept are left out, empty ones kept."""
         if not documents:
             return []
         kept = keep_best([d.page_content for d in documents], query, budget_tokens=self.budget_tokens,
                          route=self.route, model=self.model)  # fmt: skip
         return [
+            doc if not doc.page_content else  # nothing to cut, nothing to cost: as it came
             Document(page_content=part.text, metadata={**doc.metadata, "mixpr": part.metadata()}, id=doc.id)
             for doc, part in zip(documents, kept, strict=True)
-            if part.spans
-        ]
+            if part.spans or not doc.page_content
+        ]  # fmt: skip

@@ -6,8 +6,9 @@
                                    node_postprocessors=[MixPRNodePostprocessor(budget_tokens=1000)])
 
 The retrieved nodes are ranked together, chunk by chunk, against the query; the best chunks are kept
-within ``budget_tokens`` (in all), each node's in its order. A node with nothing kept is dropped;
-the others keep their order and score, and their text is the kept part. ``metadata["mixpr"]`` says
+within ``budget_tokens`` (in all), each node's in its order. A node with nothing kept is dropped, a
+node with no text (an image node, a metadata-only node) comes back untouched; the others keep their
+order and score, and their text is the kept part. ``metadata["mixpr"]`` says
 what was cut (``kept_spans`` of the original text, ``original_tokens``, ``kept_tokens``, ``cut``)
 and is left out of what the LLM and the embedding model read. CPU only, no model.
 """
@@ -51,7 +52,11 @@ class MixPRNodePostprocessor(BaseNodePostprocessor):
         texts = [n.node.get_content(metadata_mode=MetadataMode.NONE) for n in nodes]
         kept = keep_best(texts, query_bundle.query_str, budget_tokens=self.budget_tokens, route=self.route,
                          model=self.model)  # fmt: skip
-        return [_with_text(n, part) for n, part in zip(nodes, kept, strict=True) if part.spans]
+        return [
+            _with_text(n, part) if text else n  # no text (an image, metadata only): as it came
+            for n, text, part in zip(nodes, texts, kept, strict=True)
+            if part.spans or not text
+        ]
 
 
 def _with_text(found: NodeWithScore, part) -> NodeWithScore:

@@ -11,13 +11,10 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mixpr import engine
+from mixpr import budget, engine
 from mixpr.tokens import count_tokens
 
 _GAP = "\n\n"
-# Tokens can merge at the seams, so the budget is checked on the kept texts; each round asks for
-# less by a growing multiple of the excess.
-_FIT_ROUNDS = 6
 
 
 @dataclass(frozen=True)
@@ -37,7 +34,11 @@ class Kept:
 
 def keep_best(texts: Sequence[str], query: str, *, budget_tokens: int, route: str = "heuristic",
               model: str | None = None) -> list[Kept]:  # fmt: skip
-    """Each text's kept part (``spans`` empty: nothing of it kept), within ``budget_tokens`` in all."""
+    """Each text's kept part (``spans`` empty: nothing of it kept), within ``budget_tokens`` in all.
+
+    The engine's budget covers the query too, and what comes back is checked on the texts' own
+    counts (``budget.shrink``). When no choice of chunks fits (the query pins the last text's last
+    chunk, bigger than the budget), the kept parts are cut to the budget in order (``_cut``)."""
     question = query.strip() if isinstance(query, str) else ""
     if not question:
         raise ValueError("MixPR needs the query to rank the documents' chunks; got an empty one")
@@ -52,18 +53,32 @@ def keep_best(texts: Sequence[str], query: str, *, budget_tokens: int, route: st
         at += len(text) + len(_GAP)
     body = _GAP.join(texts)
     joined = f"{body}{_GAP}{question}"
-    asked = budget_tokens + count_tokens(_GAP + question, model)
-    for attempt in range(1, _FIT_ROUNDS + 1):
+    asked_tokens = count_tokens(_GAP + question, model)
+
+    def run(asked: int) -> list[Kept]:
         found = engine.compress(joined, budget_tokens=asked, route=route, model=model,
                                 boundaries=[*starts[1:], len(body) + len(_GAP)],
-                                original_tokens=sum(tokens) + count_tokens(_GAP + question, model),
+                                original_tokens=sum(tokens) + asked_tokens,
                                 query_span=(len(body) + len(_GAP), len(joined)))  # fmt: skip
-        kept = _split(found.spans, texts, starts, tokens, model)
-        excess = sum(k.kept_tokens for k in kept) - budget_tokens
-        if excess <= 0:
-            break
-        asked -= excess * attempt
-    return kept
+        return _split(found.spans, texts, starts, tokens, model)
+
+    kept = budget.shrink(run, _kept_tokens, budget_tokens, budget_tokens + asked_tokens)
+    return kept if _kept_tokens(kept) <= budget_tokens else _cut(kept, texts, budget_tokens, model)
+
+
+def _kept_tokens(kept: list[Kept]) -> int:
+    return sum(k.kept_tokens for k in kept)
+
+
+def _cut(kept: list[Kept], texts: Sequence[str], budget_tokens: int, model: str | None) -> list[Kept]:
+    """The kept parts, in order, each cut to what the ones before it leave of the budget."""
+    room, out = budget_tokens, []
+    for part, text in zip(kept, texts, strict=True):
+        part_text, spans = budget.spans_within(text, part.spans, room, model) if part.spans else ("", [])
+        part_tokens = count_tokens(part_text, model) if spans else 0
+        out.append(Kept(spans, part_text, part.original_tokens, part_tokens))
+        room -= part_tokens
+    return out
 
 
 def _split(spans, texts, starts, tokens, model) -> list[Kept]:
@@ -76,6 +91,6 @@ def _split(spans, texts, starts, tokens, model) -> list[Kept]:
             own[i].append((start - starts[i], stop - starts[i]))
     kept = []
     for text, found, n in zip(texts, own, tokens, strict=True):
-        part = engine.join_spans(text, found)
+        part = budget.join_spans(text, found)
         kept.append(Kept(found, part, n, count_tokens(part, model) if found else 0))
     return kept

@@ -1,16 +1,25 @@
+import importlib.util
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from mixpr.tokens import count_tokens, encoding_for
+import pytest
+
+from mixpr.tokens import BUNDLED, count_tokens, encoding_for, from_bundled_file
+
+# Any download would go through this dead proxy and fail.
+OFFLINE = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": ""}
 
 
-def test_encodings_load_offline_from_litellm():
-    assert "litellm" in os.environ["TIKTOKEN_CACHE_DIR"]
-    assert encoding_for("gpt-4o").name == "o200k_base"
+def _child(code: str, **env: str) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")}
+    return subprocess.run([sys.executable, "-c", code], env={**base, **OFFLINE, **env}, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
 
 
 def test_provider_prefix_and_unknown_models():
+    assert encoding_for("gpt-4o").name == "o200k_base"
     assert encoding_for("openai/gpt-4o-mini").name == "o200k_base"
     assert encoding_for("gpt-3.5-turbo").name == "cl100k_base"
     assert encoding_for("local").name == "cl100k_base"
@@ -21,18 +30,54 @@ def test_special_token_text_is_counted_as_plain_text():
     assert count_tokens("hello <|endoftext|>") > 2
 
 
-def test_without_litellm_the_library_counts_offline_from_its_own_files():
-    """A library-only install (no LiteLLM): the bundled cl100k_base and o200k_base load with no network
-    (the proxy below refuses every download), and tiktoken checks their hashes as it loads them."""
+def test_importing_and_counting_leave_the_hosts_environment_alone():
+    """``import mixpr`` used to set ``TIKTOKEN_CACHE_DIR`` for the whole process (every other tiktoken
+    user in it then read that folder). The bundled encodings load from their files, offline (as in a
+    library-only install: the proxy refuses every download), and the environment is as the host left
+    it, before and after counting."""
     code = (
-        "import sys; sys.modules['litellm'] = None\n"
-        "import os, mixpr.tokens as t\n"
-        "assert os.environ['TIKTOKEN_CACHE_DIR'] == str(t.BUNDLED), os.environ['TIKTOKEN_CACHE_DIR']\n"
-        "print(t.count_tokens('hello world', None), t.count_tokens('hello world', 'gpt-4o'),"
+        "import os\n"
+        "before = dict(os.environ)\n"
+        "import mixpr, mixpr.tokens as t\n"
+        "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+        "print(mixpr.count_tokens('hello world', None), mixpr.count_tokens('hello world', 'gpt-4o'),"
         " t.encoding_for('gpt-4o').name)\n"
+        "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
     )
-    env = {k: v for k, v in os.environ.items() if k not in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")}
-    env.update(HTTPS_PROXY="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9", NO_PROXY="")
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = _child(code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["2", "2", "o200k_base"]
+
+
+def test_a_folder_the_host_chose_is_read_by_tiktoken_and_shared():
+    """The gateway points ``TIKTOKEN_CACHE_DIR`` at LiteLLM's copy (LiteLLM does too): tiktoken loads
+    the encodings from there, once for the whole process, and MixPR counts with the same objects."""
+    spec = importlib.util.find_spec("litellm")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    code = (
+        "import tiktoken, mixpr.tokens as t\n"
+        "assert t.encoding_for('gpt-4o') is tiktoken.get_encoding('o200k_base')\n"
+        "assert t.encoding_for(None) is tiktoken.get_encoding('cl100k_base')\n"
+        "print(t.count_tokens('hello world', 'gpt-4o'))\n"
+    )
+    done = _child(code, TIKTOKEN_CACHE_DIR=str(folder))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2"]
+
+
+@pytest.mark.parametrize("name", ["cl100k_base", "o200k_base"])
+def test_the_bundled_files_build_tiktokens_own_encodings(name):
+    """Built from the wheel's file, an encoding is what tiktoken's own constructor makes of the same file
+    (read through tiktoken's cache, pointed at the wheel's folder in a child process)."""
+    ours = from_bundled_file(name)
+    sample = "Hello, world! 数字 12345 <|endoftext|> déjà vu\n\n  def f(x): return x ** 2"
+    code = (
+        "import sys, tiktoken\n"
+        f"e = tiktoken.get_encoding({name!r})\n"
+        "print(repr((e._pat_str, e._special_tokens, e.n_vocab,"
+        f" e.encode({sample!r}, allowed_special='all'))))\n"
+    )
+    done = _child(code, TIKTOKEN_CACHE_DIR=str(BUNDLED))
+    assert done.returncode == 0, done.stderr
+    mine = (ours._pat_str, ours._special_tokens, ours.n_vocab, ours.encode(sample, allowed_special="all"))
+    assert done.stdout.strip() == repr(mine)

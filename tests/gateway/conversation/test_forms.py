@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import tracemalloc
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from gateway.compress import messages as shape
 from gateway.conversation import checks, forms
+from mixpr.tokens import count_tokens
 
 TASK = "Make the parser accept trailing commas."
 
@@ -148,6 +150,17 @@ def test_a_first_sight_form_keeps_what_a_clients_head_and_tail_cut_keeps_and_the
     marker = form[form.index("[…"):]
     assert marker.startswith(f"[… output lines {head_lines + 1}–")  # the output's own numbers
     assert len(form) < len(output) / 3
+
+
+def test_a_first_sight_form_of_dense_text_stays_within_a_small_budget() -> None:
+    """CJK is about a token a character, so edges sized at 4 characters a token overran (issue 41: 30
+    tokens asked, 136 sent): the head and tail were snapped to line ends up to 200 characters away, a
+    dense line of 800 characters was one block bigger than the budget, and the marker came on top."""
+    rng = random.Random(0)
+    dense = "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(3000))
+    for text in (dense, "\n".join(dense[i : i + 80] for i in range(0, 3000, 80))):
+        for asked in (5, 10, 30, 60, 100, 200):
+            assert count_tokens(forms.edged(text, asked, "what does it say", None, None)) <= asked
 
 
 def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:

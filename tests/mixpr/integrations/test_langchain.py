@@ -13,7 +13,7 @@ from mixpr.engine import join_spans
 from mixpr.integrations.langchain import MixPRCompressor
 from mixpr.tokens import count_tokens
 
-from .corpus import FACT, HOLDER, QUERY, texts
+from .corpus import FACT, HOLDER, QUERY, SHORT_QUERIES, SMALL_BUDGETS, dense, texts
 
 
 def documents():
@@ -71,3 +71,22 @@ def test_in_a_contextual_compression_retriever_sync_and_async():
     for found in (retriever.invoke(QUERY), asyncio.run(retriever.ainvoke(QUERY))):
         assert any(FACT in d.page_content for d in found)
         assert sum(count_tokens(d.page_content) for d in found) <= 300
+
+
+def test_small_budgets_and_short_queries_neither_raise_nor_overrun():
+    """The fit loop used to drive its budget below one (``ValueError``) when a short query pinned the last
+    text's last chunk, here a dense one bigger than the budget."""
+    docs = [Document(page_content=t) for t in (*texts(2, 20), dense())]
+    for query in SHORT_QUERIES:
+        for budget in SMALL_BUDGETS:
+            kept = MixPRCompressor(budget_tokens=budget).compress_documents(docs, query)
+            assert sum(count_tokens(d.page_content) for d in kept) <= budget
+
+
+def test_empty_documents_come_back_untouched():
+    """An empty document (an image's, a metadata-only one) costs nothing: it is kept as it came, whether
+    the others fit or are cut."""
+    empty = Document(page_content="", metadata={"image": "figure-3.png"}, id="empty")
+    for budget in (100_000, 40):  # all fit; the others are cut
+        kept = MixPRCompressor(budget_tokens=budget).compress_documents([*documents()[:3], empty], QUERY)
+        assert kept[-1] is empty

@@ -6,14 +6,13 @@ from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import MockLLM
 from llama_index.core.postprocessor.types import BaseNodePostprocessor
-from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import ImageNode, MetadataMode, NodeWithScore, QueryBundle, TextNode
 
-import mixpr  # noqa: F401  (first: it points tiktoken at local files before llama-index loads it)
 from mixpr.engine import join_spans
 from mixpr.integrations.llama_index import MixPRNodePostprocessor
 from mixpr.tokens import count_tokens
 
-from .corpus import FACT, HOLDER, QUERY, texts
+from .corpus import FACT, HOLDER, QUERY, SHORT_QUERIES, SMALL_BUDGETS, dense, texts
 
 
 def nodes():
@@ -69,3 +68,25 @@ def test_in_a_query_engine_over_a_vector_store_index():
     assert any(FACT in c for c in context) and sum(count_tokens(c) for c in context) <= 300
     assert FACT in str(response)  # MockLLM echoes the prompt: the kept text reached the LLM
     assert count_tokens(str(response)) < sum(count_tokens(t) for t in texts()) / 4
+
+
+def test_small_budgets_and_short_queries_neither_raise_nor_overrun():
+    """The fit loop used to drive its budget below one (``ValueError``) when a short query pinned the last
+    node's last chunk, here a dense one bigger than the budget."""
+    found = [NodeWithScore(node=TextNode(text=t), score=0.5) for t in (*texts(2, 20), dense())]
+    for query in SHORT_QUERIES:
+        for budget in SMALL_BUDGETS:
+            kept = MixPRNodePostprocessor(budget_tokens=budget).postprocess_nodes(found, query_str=query)
+            assert sum(count_tokens(n.node.get_content(metadata_mode=MetadataMode.NONE)) for n in kept) \
+                <= budget
+
+
+def test_empty_nodes_come_back_untouched():
+    """An image node and a metadata-only node have no text: they cost nothing and are kept as they came,
+    whether the other nodes fit or are cut."""
+    image = NodeWithScore(node=ImageNode(image_url="https://example.com/f3.png", id_="image"), score=0.9)
+    meta = NodeWithScore(node=TextNode(text="", metadata={"table": "t1"}, id_="meta"), score=0.8)
+    for budget in (100_000, 40):  # all fit; the others are cut
+        kept = MixPRNodePostprocessor(budget_tokens=budget).postprocess_nodes([*nodes()[:3], image, meta],
+                                                                              query_str=QUERY)
+        assert kept[-2:] == [image, meta] and kept[-2] is image and kept[-1] is meta
