@@ -25,6 +25,7 @@ the outcome and its report, ``gateway.compress.report``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
@@ -90,6 +91,14 @@ class History:
         if request.more_evidence == 1.0 and self.metrics is not None:
             self.metrics.record_prefix(model_name, outcome)
         return outcome
+
+    def apart(self) -> History:
+        """This history's forms and counts, with a memory of what was sent of its own and no metrics:
+        what compressing would have sent (observe mode) kept apart from what was sent."""
+        other = copy.copy(self)
+        other.metrics = None
+        other.sent = Sent(REMEMBERED_BYTES)
+        return other
 
     async def aclose(self) -> None:
         await self.store.aclose()
