@@ -29,7 +29,7 @@ from gateway.config import MixprSettings, ModelEntry
 from gateway.core import model_tokens, reply, self_route, shadow
 from gateway.core.call import ChatCall, lowers
 from gateway.core.shadow import Figures, Shadow
-from gateway.prices import prices_for
+from gateway.prices import Prices
 
 OFF = Control(enabled=False)  # counted, never changed: what a request with compression off gets
 
@@ -41,6 +41,7 @@ class Builder(Protocol):
     outputs: dict[str, int | None]
     scales: dict[str, float]
     counters: dict[str, model_tokens.ServerCounter]
+    prices: dict[str, Prices]
     shadow: Shadow
     history: History | None
     would: History
@@ -58,7 +59,7 @@ async def observe(preparer: Builder, entry: ModelEntry, call: ChatCall, settings
     # 32 concurrent clients) and its bytes.
     sent = await preparer.build(entry, call, settings, OFF, prefix=True)
     name, tokens = entry.model_name, sent.original_tokens
-    prices = prices_for(entry.upstream_model, entry.model_info.model_dump())
+    prices = preparer.prices[name]
     if unchanged(preparer, entry, call, settings, tokens):
         preparer.shadow.record(name, Figures(tokens, tokens), prices)
         return replace(sent, shadow=shadow.unchanged_headers(tokens))
@@ -72,7 +73,7 @@ async def as_sent(preparer: Builder, entry: ModelEntry, call: ChatCall, settings
     name = entry.model_name
     asked = reply.asked(call.params, settings.completion_reserve_tokens)
     target = Target(entry.upstream_model, preparer.windows[name], asked.tokens, asked.param,
-                    scale=preparer.scales[name])
+                    scale=preparer.scales[name], prices=preparer.prices[name])
     assert preparer.history is not None  # set in __post_init__
     return await preparer.history.today(Request(call.messages, call.params.get("tools"), target,
                                                 settings, OFF, None))
@@ -95,7 +96,7 @@ def unchanged(preparer: Builder, entry: ModelEntry, call: ChatCall, settings: Mi
         return False  # compress mode might lower max_tokens: the prompt's bytes then need the full run
     added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
     target = Target(entry.upstream_model, preparer.windows[name], asked.tokens, asked.param, added,
-                    preparer.scales[name])
+                    preparer.scales[name], prices=preparer.prices[name])
     trigger = threshold(target, settings, call.control)
     return trigger is None or tokens <= trigger
 

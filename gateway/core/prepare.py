@@ -32,6 +32,7 @@ from gateway.core.call import ChatCall, lowers
 from gateway.core.shadow import Shadow
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
 from gateway.metrics import Metrics
+from gateway.prices import entry_prices
 from gateway.run import offload
 from mixpr.tokens import count_tokens
 
@@ -64,6 +65,8 @@ class Preparer:
                        for m in self.config.model_list}
         self.counters = model_tokens.server_counters(self.config.model_list)
         self.entries = {m.model_name: m for m in self.config.model_list}
+        # One price per model, for the reset gate (through each Target), observe mode and the reports.
+        self.prices = {m.model_name: entry_prices(m) for m in self.config.model_list}
         self.shadow = Shadow(self.config.general_settings.shadow_queue, self.metrics)  # observe mode's work
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         if self.history is None:
@@ -142,7 +145,8 @@ class Preparer:
         """What is sent with ``kept`` tokens left free for the reply."""
         name = entry.model_name
         target = Target(entry.upstream_model, self.windows[name], kept.tokens, kept.param, added,
-                        self.scales[name], asked=kept.asked if kept.lowered else None)
+                        self.scales[name], asked=kept.asked if kept.lowered else None,
+                        prices=self.prices[name])
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
                           self.routers.get(settings.router_model or name), more)
