@@ -41,6 +41,9 @@ ERROR_START = re.compile(r"\A\s*(?:error\b|exception\b|traceback \(most recent c
                          r"\S+: (?:command not found|no such file or directory))", re.IGNORECASE)
 ERROR_MAX_CHARS = 20_000  # a longer output that starts with "Error" is a log like any other
 ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as written
+# A call's arguments that keep nothing still keep this many characters of short top-level values
+# (paths, names, flags: what the call is known by; gateway.compress.forms.placeholder).
+IDENTIFYING_CHARS = 240
 # A pasted document (a user message over the cap) keeps keep_tokens plus this share of the rest, at
 # most the cap: follow-ups bring evidence from what it cut. (``prefix.keep`` is the tool outputs'.)
 DOCUMENT_KEEP = 0.1
@@ -190,8 +193,33 @@ def placeholder(piece: Piece) -> str:
     lines = piece.text.count("\n") + 1
     what = {"tool": "tool output", "user": "message", "assistant": "text"}.get(piece.role, "text")
     if piece.call is not None:
-        return json.dumps({"omitted": f"{len(piece.text)} characters of arguments, cut to fit the context"})
+        return _arguments_placeholder(piece.text)
     return f"[… {what} of {lines} lines omitted to fit the context; ask for it again if it is needed …]"
+
+
+def _arguments_placeholder(arguments: str) -> str:
+    """A call's arguments that keep nothing else: their short one-line top-level values (the file
+    it read or wrote, a name, a flag: what the call is later known by), and a note of the rest."""
+    note = f"{len(arguments)} characters of arguments, cut to fit the context"
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, RecursionError):
+        parsed = None
+    kept: dict[str, Any] = {}
+    if isinstance(parsed, dict):
+        room = IDENTIFYING_CHARS
+        for name, value in parsed.items():
+            size = len(name) + len(json.dumps(value, ensure_ascii=False)) if _identifying(value) else 0
+            if 0 < size <= room and name != "omitted":
+                kept[name] = value
+                room -= size
+    return json.dumps({**kept, "omitted": note}, ensure_ascii=False)
+
+
+def _identifying(value: Any) -> bool:
+    if isinstance(value, str):
+        return len(value) <= IDENTIFYING_CHARS // 2 and "\n" not in value
+    return value is None or isinstance(value, bool | int | float)
 
 
 def _compressed(text: str, asked: int, query: str, source: str | None, model: str | None) -> str:

@@ -166,3 +166,16 @@ def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:
     parsed = json.loads(forms.form_job(piece, asked, None)[0])
     kept = parsed["file_text"]
     assert kept.startswith(long[:100]) and kept.endswith(long[-90:]) and len(kept) < len(long) / 4
+
+
+def test_arguments_that_keep_nothing_keep_what_names_the_call() -> None:
+    """A reset that leaves a call's arguments no room keeps their short identifying fields (the file
+    it wrote, a name, a flag) beside the note of what was omitted; the long ones go."""
+    long = "\n".join(f"line {i}: value = compute_{i}(x)" for i in range(300))
+    arguments = json.dumps({"path": "src/parser.py", "mode": "overwrite", "create": True, "file_text": long})
+    call = forms.Piece(2, None, 0, "assistant", arguments, "", None, False, False)
+    form, _ = forms.form_job(call, 0, None)
+    parsed = json.loads(form)
+    assert parsed["path"] == "src/parser.py" and parsed["mode"] == "overwrite" and parsed["create"] is True
+    assert "file_text" not in parsed and "omitted" in parsed
+    assert len(form) < 200
