@@ -96,6 +96,10 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
             title = f"{function.get('name', '')} {function.get('arguments', '')}"
             found += [replace(p, title=title) for p in _texts(index, message, query, source, question=False,
                                                                 first=True)]
+        elif role == "user" and shape.observation(messages, index):  # a text-based agent's tool output
+            query = "\n".join((shape.text(messages[index - 1]), task))
+            found += [replace(p, role="tool", title="observation")
+                      for p in _texts(index, message, query, None, question=False, first=True)]
         elif role == "user":
             found += _texts(index, message, "", None, question=True, first=True)
     return found
