@@ -21,11 +21,11 @@ import functools
 from dataclasses import replace
 from typing import Protocol
 
-from gateway.compress import resets
 from gateway.compress.compressor import Outcome
-from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target, threshold
 from gateway.config import MixprSettings, ModelEntry
+from gateway.conversation import resets
+from gateway.conversation.history import History, Request
 from gateway.core import model_tokens, reply, self_route, shadow
 from gateway.core.call import ChatCall, lowers
 from gateway.core.shadow import Figures, Shadow

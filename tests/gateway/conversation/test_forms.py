@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.compress import checks, forms
 from gateway.compress import messages as shape
+from gateway.conversation import checks, forms
 
 TASK = "Make the parser accept trailing commas."
 
@@ -118,7 +118,7 @@ def test_the_cache_counts_the_bytes_it_holds(chars: int) -> None:
 def test_a_reset_cuts_arguments_as_json_and_keeps_a_question_whole() -> None:
     """In a reset's cut, a call's long string values are cut as text and the JSON stays valid; a
     pasted document keeps its question; a result that keeps nothing is a placeholder."""
-    from gateway.compress import recut
+    from gateway.conversation import recut
 
     long = "\n".join(f"line {i}: value = compute_{i}(x)" for i in range(300))
     arguments = json.dumps({"path": "a.py", "file_text": long})
@@ -198,7 +198,7 @@ def test_a_mini_swe_agent_observation_is_a_tool_output() -> None:
     """Its observation is cut as a tool output, for the command that produced it and the task (head,
     tail and the middle's best lines), not kept as a question's last 2,000 characters; and it is not
     the user's words in a reset's query."""
-    from gateway.compress import task
+    from gateway.conversation import task
 
     messages = _mini_swe_agent()
     found = {p.message: p for p in forms.pieces(messages)}

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings, Prefix
+from gateway.conversation.history import History, Request
 from gateway.run.workers import Workers
 
 
