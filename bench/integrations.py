@@ -16,7 +16,11 @@ A pipeline hands a compressor its retrieved documents and the query. Here the do
 each returned document's ``metadata["mixpr"]["kept_spans"]``. Four compressors, each given the documents
 and the query: ``MixPRCompressor`` (LangChain ``BaseDocumentCompressor``) and ``MixPRNodePostprocessor``
 (LlamaIndex ``BaseNodePostprocessor``), and a BM25 one of each (``bm25s``, default parameters, over the
-same sentence chunks MixPR ranks, best-first into the same budget, each document's chunks in order).
+same sentence chunks MixPR ranks, best-first into the same budget, each document's chunks in order);
+and ``langchain-bm25-doc``, BM25 over whole documents (a paragraph, a passage: the unit the evidence
+is), best-first, each kept whole or not at all (the sentence-level one ranks sentences against
+evidence that is a whole paragraph). Both interfaces call the same code, so the document-level
+baseline runs through one.
 Both halves of the dev split are reported apart: even-indexed and odd-indexed records (questions for
 hotpot and musique, documents for the L-Eval files). Writes bench/out/integrations.json.
 """
@@ -50,7 +54,8 @@ LEVAL = {"nq": "nq", "contracts": "contracts", "papers": "papers"}  # real_docs.
 PASSAGE_CHARS = 1500
 COVERED = 0.9
 QUICK_STRIDE = 3  # odd: a quick run still sees both halves
-COMPRESSORS = ["langchain-mixpr", "langchain-bm25", "llamaindex-mixpr", "llamaindex-bm25"]
+COMPRESSORS = ["langchain-mixpr", "langchain-bm25", "llamaindex-mixpr", "llamaindex-bm25",
+               "langchain-bm25-doc"]
 _BLANK = re.compile(r"\n[ \t]*\n")
 
 
@@ -115,13 +120,17 @@ def passages(text: str) -> tuple[list[str], list[int]]:
     return documents, starts
 
 
-def bm25_keep(texts: Sequence[str], query: str, budget: int) -> list[Kept]:
-    """BM25 (bm25s defaults) over the texts' sentence chunks (MixPR's chunker), best-first into
-    ``budget`` tokens of kept text in all; each text's kept chunks in order."""
+def bm25_keep(texts: Sequence[str], query: str, budget: int, *, whole: bool = False) -> list[Kept]:
+    """BM25 (bm25s defaults) over the texts' sentence chunks (MixPR's chunker), or with ``whole``
+    over the texts themselves, best-first into ``budget`` tokens of kept text in all; each text's
+    kept chunks in order."""
     import bm25s
 
-    pieces = [(i, s, e) for i, text in enumerate(texts)
-              for s, e in zip(*(a.tolist() for a in _bounds(text)), strict=True)]  # fmt: skip
+    if whole:
+        pieces = [(i, 0, len(text)) for i, text in enumerate(texts)]
+    else:
+        pieces = [(i, s, e) for i, text in enumerate(texts)
+                  for s, e in zip(*(a.tolist() for a in _bounds(text)), strict=True)]  # fmt: skip
     chunk_texts = [texts[i][s:e] for i, s, e in pieces]
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(chunk_texts, show_progress=False), show_progress=False)
@@ -154,12 +163,14 @@ def _kept(texts: Sequence[str], chosen: Sequence[tuple[int, int, int]]) -> list[
 
 
 class BM25Compressor(BaseDocumentCompressor):
-    """The baseline through LangChain's interface, with MixPRCompressor's output form."""
+    """The baseline through LangChain's interface, with MixPRCompressor's output form; ``whole``:
+    over whole documents."""
 
     budget_tokens: int = 1000
+    whole: bool = False
 
     def compress_documents(self, documents, query, callbacks=None) -> list[Document]:
-        kept = bm25_keep([d.page_content for d in documents], query, self.budget_tokens)
+        kept = bm25_keep([d.page_content for d in documents], query, self.budget_tokens, whole=self.whole)
         return [Document(page_content=k.text, metadata={**d.metadata, "mixpr": k.metadata()}, id=d.id)
                 for d, k in zip(documents, kept, strict=True) if k.spans]  # fmt: skip
 
@@ -211,6 +222,7 @@ def compressors(budget: int) -> dict[str, tuple]:
         "langchain-bm25": (run_langchain, BM25Compressor(budget_tokens=budget)),
         "llamaindex-mixpr": (run_llama_index, MixPRNodePostprocessor(budget_tokens=budget)),
         "llamaindex-bm25": (run_llama_index, BM25NodePostprocessor(budget_tokens=budget)),
+        "langchain-bm25-doc": (run_langchain, BM25Compressor(budget_tokens=budget, whole=True)),
     }
 
 

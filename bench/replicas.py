@@ -169,7 +169,7 @@ def gateway_config(upstream: str, redis_url: str | None) -> dict[str, Any]:
     # One secret for every setting: it keys the form cache's signatures and the prompt_cache_key, which
     # is in the bytes compared (an install's own secret in one setting and this in another would differ).
     general.update({"compression_executor": "process", "compression_workers": WORKERS,
-                    "deployment_secret": "bench-replicas"})
+                    "deployment_secret": "bench-replicas-" + "s" * 32})
     if redis_url:
         general["form_cache_url"] = redis_url
     return config

@@ -29,7 +29,7 @@ from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
 from gateway.run.gate import Gate
 from gateway.run.workers import Workers
-from gateway.upstream import patches
+from gateway.upstream import patches, redaction
 
 log = logging.getLogger("gateway.app")
 
@@ -146,6 +146,7 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key."""
     exposure.check_bind(config, host)
     patches.install()  # the gateway's own LiteLLM settings; the plug-in never installs them
+    redaction.install(config)  # the operator's keys, hosts, model names and files, out of error texts
     state = GatewayState(config, host)
     # FastAPI's own OpenTelemetry bridge looks its providers up on every request (and would record
     # exception messages, which can quote prompts); the gateway reports through /metrics.

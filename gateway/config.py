@@ -28,6 +28,7 @@ Mode = Literal["compress", "observe"]
 Budget = Annotated[int, Field(ge=16)] | Literal["auto"]
 # Keys that LiteLLM-proxy configs carry for its router but that acompletion does not accept.
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+FORM_CACHE_SECRET_CHARS = 32  # the shared form cache's deployment_secret, at least
 ROUTER_ONLY_PARAMS = frozenset({"rpm", "tpm", "order", "weight", "max_parallel_requests"})
 # The anthropic-beta flags relayed by default: what the gateway's features need (context_management
 # is relayed to Anthropic models) and what Claude Code 2.1.331 sends (recorded), plus fine-grained
@@ -213,8 +214,9 @@ class ModelEntry(_Strict):
 class GeneralSettings(_Strict):
     master_key: str | None = None
     # A secret of the deployment, the same on every replica: keys the prompt_cache_key MAC
-    # (gateway.core.cache_key) and signs the shared form cache's entries (gateway.conversation.shared_forms).
-    # null: derived from master_key (without one: the cache key's secret is this install's own).
+    # (gateway.core.cache_key; null: derived from master_key, without one this install's own) and
+    # signs the shared form cache's entries (gateway.conversation.shared_forms: required with
+    # form_cache_url, at least FORM_CACHE_SECRET_CHARS characters, never derived from master_key).
     deployment_secret: str | None = None
     # Serve without a master key on a non-loopback address (something in front authenticates).
     allow_unauthenticated: bool = False
@@ -299,9 +301,16 @@ class GeneralSettings(_Strict):
 
     @model_validator(mode="after")
     def _form_cache_signed(self) -> GeneralSettings:
-        if self.form_cache_url and not (self.deployment_secret or self.master_key):
-            raise ValueError("form_cache_url needs deployment_secret (or master_key): the shared cache's "
-                             "entries are signed with it, and every replica must have the same")
+        # Never the master key: every client sends it, and one who can also write to the Redis
+        # would sign forms that are spliced into other users' prompts.
+        secret = self.deployment_secret or ""
+        if self.form_cache_url and len(secret) < FORM_CACHE_SECRET_CHARS:
+            given = f"one of {len(secret)} characters" if secret else "none"
+            raise ValueError(
+                f"form_cache_url needs general_settings.deployment_secret of at least "
+                f"{FORM_CACHE_SECRET_CHARS} characters ({given} given): the shared cache's entries are "
+                f"signed with it, every replica must have the same, and master_key (which clients send) "
+                f"is never used for it; e.g. `openssl rand -hex 32` in an environment variable")
         return self
 
     @model_validator(mode="after")

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from gateway.config import model_map
+from gateway.config import ModelEntry, model_map
 
 DEFAULT_INPUT = 1.0
 DEFAULT_READ_RATIO = 0.1
 ANTHROPIC_WRITE_RATIO = 1.25
 PLAIN_WRITE_RATIO = 1.0
-_KEYS = ("input_cost_per_token", "cache_read_input_token_cost", "cache_creation_input_token_cost")
+PRICE_KEYS = ("input_cost_per_token", "cache_read_input_token_cost", "cache_creation_input_token_cost")
 
 
 @dataclass(frozen=True)
@@ -39,22 +39,30 @@ class Prices:
     source: str  # "litellm" (the model's own entry in LiteLLM's cost map, or model_info) or "default"
 
 
+def entry_prices(entry: ModelEntry) -> Prices:
+    """The prices of a ``model_list`` entry: its ``model_info``'s, else LiteLLM's cost map's for its
+    upstream model, else the defaults. Resolved once per model by the preparer
+    (``gateway.core.prepare``) and carried by its ``Target``, so the reset gate, observe mode and the
+    reports weigh tokens at the same prices."""
+    return prices_for(entry.upstream_model, entry.model_info.model_dump())
+
+
 def prices_for(model: str, model_info: Mapping[str, Any] | None = None) -> Prices:
     """The prices of the upstream ``model`` (``litellm_params.model``); ``model_info`` (the config's)
     overrides LiteLLM's cost map key by key. Cached by model and overrides."""
-    overrides = tuple(_price(model_info, key) for key in _KEYS) if model_info else (None, None, None)
+    overrides = tuple(_price(model_info, key) for key in PRICE_KEYS) if model_info else (None, None, None)
     return _prices(model, *overrides)
 
 
 @lru_cache(maxsize=1024)
 def _prices(model: str, input_: float | None, read: float | None, write: float | None) -> Prices:
     entry = model_map(model, own_entry=True) if None in (input_, read, write) else {}
-    input_ = input_ if input_ is not None else _price(entry, _KEYS[0])
+    input_ = input_ if input_ is not None else _price(entry, PRICE_KEYS[0])
     source = "litellm" if input_ is not None else "default"
     if input_ is None:
         input_ = DEFAULT_INPUT
-    read = read if read is not None else _price(entry, _KEYS[1])
-    write = write if write is not None else _price(entry, _KEYS[2])
+    read = read if read is not None else _price(entry, PRICE_KEYS[1])
+    write = write if write is not None else _price(entry, PRICE_KEYS[2])
     return Prices(
         input=input_,
         cache_read=read if read is not None else DEFAULT_READ_RATIO * input_,

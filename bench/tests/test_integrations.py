@@ -28,3 +28,15 @@ def test_evidence_rule():
     assert not integrations.evidence_kept(case, {0: [[0, 10]]})
     anyone = integrations.Case("x", 0, "q", case.documents, case.evidence, "any")
     assert integrations.evidence_kept(anyone, {0: [[0, 9]]})  # 90% of the first is enough
+
+
+def test_document_level_bm25_keeps_whole_documents_best_first_within_the_budget():
+    """The baseline that ranks what the evidence is (a paragraph, a passage): whole documents,
+    best-first, each kept whole or not at all."""
+    texts = [" ".join(f"Filler sentence {i} about rivers and stones." for i in range(12)) for _ in range(6)]
+    texts[4] = "The vault code is 4417. " + texts[4]
+    kept = integrations.bm25_keep(texts, "What is the vault code?", 200, whole=True)
+    assert sum(k.kept_tokens for k in kept) <= 200
+    assert kept[4].spans == [(0, len(texts[4]))] and kept[4].text == texts[4]
+    assert all(k.spans in ([], [(0, len(t))]) for k, t in zip(kept, texts, strict=True))
+    assert "langchain-bm25-doc" in integrations.compressors(200)

@@ -8,8 +8,20 @@ benchmarks (``bench.agents``' pairing check) agree on what a message says and wh
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
+
+# mini-swe-agent's (and SWE-agent-style) frame of a command's output, sent back as a user message.
+OBSERVATION = re.compile(r"\A\s*<returncode>\s*-?\d+\s*</returncode>\s*<(?:output|warning|output_head)\b")
+
+
+def observation(messages: Sequence[dict[str, Any]], i: int) -> bool:
+    """Whether ``messages[i]`` is a text-based agent's tool output: a user message that answers an
+    assistant turn, in the ``<returncode>``/``<output>`` frame (mini-swe-agent's observations)."""
+    message = messages[i]
+    return (message.get("role") == "user" and i > 0 and messages[i - 1].get("role") == "assistant"
+            and bool(OBSERVATION.match(text(message)[:200])))
 
 
 def is_text(part: Any) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.config import MixprSettings
 from gateway.errors import BadRequest, ContextLengthExceeded
+from gateway.prices import Prices
 from mixpr import ROUTES
 
 AUTO = "auto"
@@ -42,6 +43,9 @@ class Target:
     added: int = 0  # tokens the gateway adds after compression (the Self-Route instruction)
     scale: float = 1.0  # the model's tokens per tiktoken token: 1 + token_margin (gateway.core.model_tokens)
     asked: int | None = None  # what the client asked for the reply, when ``reserve`` is lowered from it
+    # The model's prices (``gateway.prices.entry_prices``: its config's model_info first); None: the
+    # upstream model's in LiteLLM's cost map, else the defaults.
+    prices: Prices | None = None
 
     @property
     def limit(self) -> int:

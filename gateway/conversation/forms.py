@@ -41,6 +41,9 @@ ERROR_START = re.compile(r"\A\s*(?:error\b|exception\b|traceback \(most recent c
                          r"\S+: (?:command not found|no such file or directory))", re.IGNORECASE)
 ERROR_MAX_CHARS = 20_000  # a longer output that starts with "Error" is a log like any other
 ARGUMENT_MIN_CHARS = 800  # tool-call string values shorter than this stay as written
+# A call's arguments that keep nothing still keep this many characters of short top-level values
+# (paths, names, flags: what the call is known by; gateway.conversation.forms.placeholder).
+IDENTIFYING_CHARS = 240
 # A tool output's head and tail, each: what a client's own cut keeps (Codex and mini-swe-agent keep the
 # first and last 2,000 characters of an output over 4,000), so a first-sight form is never behind it.
 EDGE_CHARS = 2000
@@ -90,6 +93,10 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
             title = f"{function.get('name', '')} {function.get('arguments', '')}"
             found += [replace(p, title=title) for p in _texts(index, message, query, source, question=False,
                                                                 first=True)]
+        elif role == "user" and shape.observation(messages, index):  # a text-based agent's tool output
+            query = "\n".join((shape.text(messages[index - 1]), task))
+            found += [replace(p, role="tool", title="observation")
+                      for p in _texts(index, message, query, None, question=False, first=True)]
         elif role == "user":
             found += _texts(index, message, "", None, question=True, first=True)
     return found
@@ -192,8 +199,33 @@ def placeholder(piece: Piece) -> str:
     lines = piece.text.count("\n") + 1
     what = {"tool": "tool output", "user": "message", "assistant": "text"}.get(piece.role, "text")
     if piece.call is not None:
-        return json.dumps({"omitted": f"{len(piece.text)} characters of arguments, cut to fit the context"})
+        return _arguments_placeholder(piece.text)
     return f"[… {what} of {lines} lines omitted to fit the context; ask for it again if it is needed …]"
+
+
+def _arguments_placeholder(arguments: str) -> str:
+    """A call's arguments that keep nothing else: their short one-line top-level values (the file
+    it read or wrote, a name, a flag: what the call is later known by), and a note of the rest."""
+    note = f"{len(arguments)} characters of arguments, cut to fit the context"
+    try:
+        parsed = json.loads(arguments)
+    except (ValueError, RecursionError):
+        parsed = None
+    kept: dict[str, Any] = {}
+    if isinstance(parsed, dict):
+        room = IDENTIFYING_CHARS
+        for name, value in parsed.items():
+            size = len(name) + len(json.dumps(value, ensure_ascii=False)) if _identifying(value) else 0
+            if 0 < size <= room and name != "omitted":
+                kept[name] = value
+                room -= size
+    return json.dumps({**kept, "omitted": note}, ensure_ascii=False)
+
+
+def _identifying(value: Any) -> bool:
+    if isinstance(value, str):
+        return len(value) <= IDENTIFYING_CHARS // 2 and "\n" not in value
+    return value is None or isinstance(value, bool | int | float)
 
 
 def _compressed(text: str, asked: int, query: str, source: str | None, model: str | None) -> str:

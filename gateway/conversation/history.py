@@ -25,6 +25,7 @@ the outcome and its report, ``gateway.conversation.report``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
@@ -40,7 +41,7 @@ from gateway.conversation.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
 from gateway.conversation.counts import counts
 from gateway.conversation.plan import Plan, Request, rest
 from gateway.conversation.room import CAP_SHARE, room
-from gateway.conversation.sent import REMEMBERED_BYTES, Sent, chain, digest
+from gateway.conversation.sent import REMEMBERED_BYTES, Sent, chain, common, digest
 from gateway.conversation.shared_forms import FormStore, SharedForms
 from gateway.errors import ContextLengthExceeded, Overloaded
 from gateway.run import offload
@@ -79,13 +80,15 @@ class History:
             outcome = await self.compressor.builds.run(self._build, request, bridge, model_name)
         except report.DoesNotFit as exc:  # the whole request, for its question: never refuse what can fit
             log.info("conversation forms do not fit (%s); compressing the whole request", exc.message)
-            return replace(await self.today(request), reset=True)
+            whole = await self.today(request)
+            return await self.compressor.builds.run(self._fell_back, request, whole, model_name)
         except (ContextLengthExceeded, Overloaded):
             raise
         except Exception as exc:  # a failed build must not cost an answer: the whole request, as today
             log.warning("per-message forms failed (%s); compressing the whole request", type(exc).__name__)
             log.debug("traceback", exc_info=exc)
-            return await self.today(request)
+            whole = await self.today(request)
+            return await self.compressor.builds.run(self._fell_back, request, whole, model_name)
         finally:
             bridge.closed = True  # a build still running (its client left) submits nothing more
             ticket.release()
@@ -94,6 +97,14 @@ class History:
         if request.more_evidence == 1.0 and self.metrics is not None:
             self.metrics.record_prefix(model_name, outcome)
         return outcome
+
+    def apart(self) -> History:
+        """This history's forms and counts, with a memory of what was sent of its own and no metrics:
+        what compressing would have sent (observe mode) kept apart from what was sent."""
+        other = copy.copy(self)
+        other.metrics = None
+        other.sent = Sent(REMEMBERED_BYTES)
+        return other
 
     async def aclose(self) -> None:
         await self.store.aclose()
@@ -178,6 +189,23 @@ class History:
             plan.forms[(number, level)] = form
         touched = {plan.pieces[n].message for n in numbers}
         return {j: plan.size(j, level) for j in sorted(touched)}
+
+    def _fell_back(self, request: Request, outcome: Outcome, model_name: str) -> Outcome:
+        """``outcome`` (the whole request compressed, after a failed build) reported as a reset
+        unless the previous request's messages go as this instance sent them (or, not remembered, as
+        the client wrote them, the only bytes known without the build); remembered as sent."""
+        ends = resets.turn_ends(request.messages)
+        previous = ends[-2] if len(ends) > 1 else -1
+        digests = [digest(m) for m in outcome.messages]
+        prefixes = chain(request.messages, model_name)
+        self.sent.put(prefixes[-1], digests)
+        if previous < 0:
+            return outcome
+        before = self.sent.get(prefixes[previous])
+        if before is None:
+            before = [digest(m) for m in request.messages[: previous + 1]]
+        kept = len(before) == previous + 1 and common(digests, before) >= previous + 1
+        return outcome if kept else replace(outcome, reset=True)
 
     def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
         self.sent.put(chain(request.messages, model_name)[-1], [digest(m) for m in sent])

@@ -77,7 +77,7 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
         # A first-sight form keeps what the budget keeps: a pasted document's form is then what its
         # question was sent with when it came alone (compressed whole, to the budget).
         cap = target.counted(min(int(asked), top))
-        prices = prices_for(target.model)
+        prices = _prices(target)
         # A budget with no trigger of its own, or asked for by the request, is a bound, not a price:
         # only past an explicit ``compress_above_tokens`` is a reset weighed against what it costs.
         if control.enabled is True or settings.compress_above_tokens is None:
@@ -87,4 +87,9 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
                     target.counted(target.limit), prices, gated=True, horizon=settings.prefix.reset_horizon)
     limit = target.counted(top)
     return Room(limit, None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE), limit,
-                prices_for(target.model))
+                _prices(target))
+
+
+def _prices(target: Target) -> Prices:
+    """The model's prices as the preparer resolved them (its config's model_info first)."""
+    return target.prices if target.prices is not None else prices_for(target.model)

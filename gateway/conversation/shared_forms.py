@@ -13,9 +13,12 @@ shapes a form (:data:`CODE_DIGEST`: MixPR's source, the form-shaping modules her
 libraries MixPR calls), so replicas of two releases sharing a Redis during a rolling deploy never read
 each other's forms; the settings that shape a form and the model are in every name already
 (``forms.key``'s salt). Every value is signed (HMAC-SHA256 over its name and bytes, under a key derived
-from ``deployment_secret`` or else ``master_key``): one that fails the check (written by whoever can
-write to the Redis, changed, or moved to another name) is dropped and counted in
-``mixpr_form_cache_rejected_total``, and the form computed here.
+from ``deployment_secret``, which the config requires, of at least 32 characters, and never from
+``master_key``, which every client sends): one that fails the check (written by whoever can write to
+the Redis, changed, or moved to another name) is dropped and counted in
+``mixpr_form_cache_rejected_total``, and the form computed here. Names also carry a short hash of
+that signing key, so two deployments sharing one Redis each keep their own entries instead of
+rejecting and overwriting each other's.
 
 Redis is optional and never decides an answer: down, slow (past ``form_cache_timeout_ms``) or full,
 a build goes on with local work, which computes the very same bytes. Each outage is logged once (the
@@ -43,7 +46,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 import mixpr
-from gateway.config import GeneralSettings
+from gateway.config import FORM_CACHE_SECRET_CHARS, GeneralSettings
 from gateway.conversation.failures import FAILED_TTL_S, Failures
 from gateway.conversation.forms import FormCache
 
@@ -101,18 +104,23 @@ def from_settings(settings: GeneralSettings, metrics: Any = None) -> SharedForms
 
 
 def signing_secret(settings: GeneralSettings) -> bytes:
-    """The key entries are signed under: from ``deployment_secret``, else ``master_key`` (the config
-    refuses a ``form_cache_url`` with neither), so every replica of one config has the same."""
-    secret = settings.deployment_secret or settings.master_key
-    if not secret:
-        raise ValueError("the shared form cache needs general_settings.deployment_secret or master_key")
+    """The key entries are signed under: from ``deployment_secret`` alone (the config refuses a
+    ``form_cache_url`` without one of at least 32 characters), so every replica of one config has
+    the same, and no client can derive it."""
+    secret = settings.deployment_secret
+    if not secret or len(secret) < FORM_CACHE_SECRET_CHARS:
+        raise ValueError(f"the shared form cache needs general_settings.deployment_secret of at least "
+                         f"{FORM_CACHE_SECRET_CHARS} characters")
     return hashlib.blake2b(b"mixpr form cache\0" + secret.encode(), digest_size=32).digest()
 
 
-def namespace(digest: str = CODE_DIGEST) -> str:
-    """The prefix of every name: the format and the digest of the code that shapes a form, so
-    replicas of other code (whose forms may differ) never read this one's."""
-    return f"mixpr:forms:{FORMAT}:{digest}:"
+def namespace(secret: bytes, digest: str = CODE_DIGEST) -> str:
+    """The prefix of every name: the format, the digest of the code that shapes a form (replicas of
+    other code, whose forms may differ, never read this one's) and a short hash of the signing key
+    ``secret`` (another deployment on the same Redis has its own names: neither rejects nor
+    overwrites the other's entries; the hash tells nothing of the key)."""
+    deployment = hashlib.blake2b(b"mixpr form cache namespace\0" + secret, digest_size=6).hexdigest()
+    return f"mixpr:forms:{FORMAT}:{digest}:{deployment}:"
 
 
 class SharedForms:
@@ -125,7 +133,7 @@ class SharedForms:
         self.ttl_s = ttl_s
         self.max_entry_bytes = max_entry_bytes
         self.metrics = metrics
-        self.prefix = prefix or namespace()  # another only in tests: another code's entries
+        self.prefix = prefix or namespace(secret)  # another only in tests: another code's entries
         self._secret = secret
         # One retry, at once: a connection left over from before a Redis restart fails on first use,
         # and a fresh one answers. The timeout bounds the retry too. One pool, bounded.

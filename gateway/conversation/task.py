@@ -38,7 +38,8 @@ NAMED_MIN_CHARS = 4
 def query(messages: Sequence[dict[str, Any]], i: int) -> str:
     """The query of a reset at ``i``: the user's words, then the agent's latest words and calls (reads
     ``0..i`` only). Tool results are not in it: they are what the cut ranks."""
-    said = [user_words(m) for m in messages[: i + 1] if m.get("role") == "user"]
+    said = [user_words(m) for j, m in enumerate(messages[: i + 1])
+            if m.get("role") == "user" and not shape.observation(messages, j)]
     agent = [agent_words(m) for m in messages[: i + 1] if m.get("role") == "assistant"][-RECENT:]
     return "\n\n".join(text for text in [*said, *agent] if text)
 
@@ -47,8 +48,8 @@ def named(messages: Sequence[dict[str, Any]], i: int) -> frozenset[str]:
     """The files, paths and identifiers the user's own words name up to ``i`` (a path by its file
     name too: a tool call may give it whole or from another folder)."""
     found: set[str] = set()
-    for message in messages[: i + 1]:
-        if message.get("role") == "user":
+    for j, message in enumerate(messages[: i + 1]):
+        if message.get("role") == "user" and not shape.observation(messages, j):
             found |= {n for n in words(user_words(message))
                       if _FILE.fullmatch(n) or "/" in n or _IDENTIFIER.fullmatch(n)}
     return frozenset(found)

@@ -105,8 +105,8 @@ class ChatService(Preparer):
                                       reply: ChatReply) -> tuple[ChatReply, bool]:
         """Ask again with more evidence from what the history cut; still "unanswerable" when that
         would send the same bytes or reset the conversation (then escalating is the only step left)."""
-        richer = await self._prepare(entry, call, self.settings[entry.model_name], call.control,
-                                     self_route.INSTRUCTION_TOKENS, prefix=True, more_evidence=True)
+        richer = await self.build(entry, call, self.settings[entry.model_name], call.control,
+                                  self_route.INSTRUCTION_TOKENS, prefix=True, more_evidence=True)
         if richer.reset or richer.messages == outcome.messages:
             return reply, True
         return await self._ask(entry, call, richer)
@@ -126,7 +126,7 @@ class ChatService(Preparer):
         settings = self.settings[plan.model]
         if plan.fit_window:
             settings = settings.model_copy(update={"compress_above_tokens": None})
-        outcome = await self._prepare(target, call, settings, plan.control)
+        outcome = await self.build(target, call, settings, plan.control)
         name = entry.model_name
         self.metrics.record_self_route(name, self_route.ESCALATED, plan.model, outcome.final_tokens)
         log.info("self-route escalated model=%s to=%s action=%s tokens=%d->%d", name, plan.model,

@@ -12,7 +12,6 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,9 +28,11 @@ from gateway.config import (
 from gateway.conversation import shared_forms
 from gateway.conversation.history import History, Request
 from gateway.core import model_tokens, observe, reply, self_route
+from gateway.core.call import ChatCall, lowers
 from gateway.core.shadow import Shadow
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
 from gateway.metrics import Metrics
+from gateway.prices import entry_prices
 from gateway.run import offload
 from mixpr.tokens import count_tokens
 
@@ -40,25 +41,6 @@ log = logging.getLogger("gateway.core.prepare")
 ROUTER_MAX_TOKENS = 2  # "y" or "n", with room for a tokenizer that splits off a leading space
 CONSTANT_INLINE_CHARS = 20_000  # a longer system prompt and tools are counted in a thread
 CALIBRATIONS = 3  # times a request is prepared again after its model's server counted it over the window
-
-
-@dataclass(frozen=True)
-class ChatCall:
-    """A chat completion request in the gateway's own terms (OpenAI chat messages)."""
-
-    model: str  # a model_name from model_list
-    messages: list[dict[str, Any]]
-    params: dict[str, Any] = field(default_factory=dict)  # every other OpenAI chat parameter
-    control: Control = Control()
-    stream: bool = False
-    # How the messages prepared for the upstream become the ones sent, when ``messages`` is a view
-    # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
-    wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
-    raw_reply: bool = False  # the API can take the chat answer as bytes from the raw relay (body, events)
-    session: str | None = None  # the conversation the client names (``gateway.core.cache_key``)
-    # False when whoever forwards the call cannot send a lowered max_tokens (the generic guardrail
-    # API answers with texts only): the reply then keeps what the client asked (``gateway.core.reply``).
-    lowers_reply: bool = True
 
 
 @dataclass
@@ -83,6 +65,8 @@ class Preparer:
                        for m in self.config.model_list}
         self.counters = model_tokens.server_counters(self.config.model_list)
         self.entries = {m.model_name: m for m in self.config.model_list}
+        # One price per model, for the reset gate (through each Target), observe mode and the reports.
+        self.prices = {m.model_name: entry_prices(m) for m in self.config.model_list}
         self.shadow = Shadow(self.config.general_settings.shadow_queue, self.metrics)  # observe mode's work
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         if self.history is None:
@@ -90,6 +74,9 @@ class Preparer:
             shared = shared_forms.from_settings(general, self.metrics)  # None without form_cache_url
             self.history = History(self.compressor, cache_bytes=general.prefix_cache_bytes,
                                    metrics=self.metrics, shared=shared)
+        # Observe mode's would-have builds: the same forms, their own memory of what was "sent" (the
+        # client's bytes, which observe mode sends, are not what compressing sent), no metrics.
+        self.would = self.history.apart()
 
     async def aclose(self) -> None:
         for counter in self.counters.values():
@@ -117,7 +104,7 @@ class Preparer:
         else:
             # Room for the Self-Route instruction that ``run`` may append after compression.
             added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
-            outcome = await self._prepare(entry, call, settings, call.control, added, prefix=True)
+            outcome = await self.build(entry, call, settings, call.control, added, prefix=True)
         self._record(entry.model_name, outcome, started)
         return outcome
 
@@ -131,37 +118,43 @@ class Preparer:
         raise ModelUnavailable(f"The model `{model_name}` is unavailable right now ({problem}); "
                                f"retry in {retry} s.", retry_after=retry)
 
-    async def _prepare(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
-                       added: int = 0, *, prefix: bool = False, more_evidence: bool = False) -> Outcome:
-        """``prefix``: keep the bytes sent for the conversation's earlier turns (escalations do not:
-        they ask about the whole conversation afresh). The reply's limit is lowered when it leaves the
-        prompt no room (``gateway.core.reply``), to ``completion_reserve_tokens`` when even its ceiling
-        leaves none."""
+    async def build(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
+                    added: int = 0, *, prefix: bool = False, more_evidence: bool = False,
+                    history: History | None = None) -> Outcome:
+        """What is sent for ``call`` under ``control``. ``prefix``: keep the bytes sent for the
+        conversation's earlier turns (escalations do not: they ask about the whole conversation
+        afresh). ``history``: whose memory and metrics the build uses (observe mode's would-have
+        builds: ``self.would``); this preparer's own by default. The reply's limit is lowered when it
+        leaves the prompt no room (``gateway.core.reply``), to ``completion_reserve_tokens`` when even
+        its ceiling leaves none."""
         asked = await self._reply(entry, call, settings, control, added)
         fit = functools.partial(self._fitted, entry, call, settings, control, added, prefix=prefix,
-                                more_evidence=more_evidence)
+                                more_evidence=more_evidence, history=history or self.history)
         try:
             return await fit(asked)
         except ContextLengthExceeded:
             # Only when nothing can be sent beside that reply: the least one, for this request.
             least = asked.to(reply.least(call.params, settings.completion_reserve_tokens))
-            if not self._lowers(call, control, asked) or least == asked:
+            if not lowers(call, control, asked) or least == asked:
                 raise
             return await fit(least)
 
     async def _fitted(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
-                      added: int, kept: reply.Reply, *, prefix: bool, more_evidence: bool) -> Outcome:
+                      added: int, kept: reply.Reply, *, prefix: bool, more_evidence: bool,
+                      history: History | None) -> Outcome:
         """What is sent with ``kept`` tokens left free for the reply."""
         name = entry.model_name
         target = Target(entry.upstream_model, self.windows[name], kept.tokens, kept.param, added,
-                        self.scales[name], asked=kept.asked if kept.lowered else None)
+                        self.scales[name], asked=kept.asked if kept.lowered else None,
+                        prices=self.prices[name])
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
                           self.routers.get(settings.router_model or name), more)
-        outcome = await self._decide(request, name, prefix)
+        assert history is not None  # set in __post_init__
+        outcome = await _decide(history, request, name, prefix)
         counter = self.counters.get(name)
         if counter is not None and control.enabled is not False:
-            outcome = await self._counted(counter, request, name, prefix, outcome)
+            outcome = await _counted(history, counter, request, name, prefix, outcome)
         if kept.lowered:
             assert kept.asked is not None  # lowered implies asked
             outcome = replace(outcome, max_tokens=(kept.asked, kept.tokens))
@@ -174,7 +167,7 @@ class Preparer:
         reply asked and those parts, never of whether the rest of this prompt fits."""
         name = entry.model_name
         asked = reply.asked(call.params, settings.completion_reserve_tokens)
-        if not self._lowers(call, control, asked):
+        if not lowers(call, control, asked):
             return asked
         text = reply.constant_text(call.messages, call.params.get("tools"))
         # Counted here or in a thread, never in the pool: a count that cannot fail (none is 0).
@@ -184,30 +177,6 @@ class Preparer:
         top = reply.ceiling(self.windows[name], self.outputs[name], settings.completion_reserve_tokens)
         lowest = reply.least(call.params, settings.completion_reserve_tokens)
         return reply.kept(asked, self.windows[name], constant, top, lowest)
-
-    @staticmethod
-    def _lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:
-        """Whether the gateway may lower this call's reply: the client set it, the forwarder can send a
-        lowered one, and compression is not switched off for the request."""
-        return asked.asked is not None and call.lowers_reply and control.enabled is not False
-
-    async def _decide(self, request: Request, name: str, prefix: bool) -> Outcome:
-        assert self.history is not None  # set in __post_init__
-        if prefix:
-            return await self.history.prepare(request, name)
-        return await self.history.today(request)
-
-    async def _counted(self, counter: model_tokens.ServerCounter, request: Request, name: str,
-                       prefix: bool, outcome: Outcome) -> Outcome:
-        """``outcome`` as the model's own server counts it; prepared again at the scale that count
-        implies while it does not fit (the estimate's margin was too small for this text)."""
-        for _ in range(CALIBRATIONS):
-            exact = await counter.count(outcome.messages, request.tools)
-            if exact is None or exact <= request.target.limit:
-                return _with_count(outcome, exact)
-            request = _rescaled(request, outcome.final_tokens, exact)
-            outcome = await self._decide(request, name, prefix)
-        return outcome  # still over: the upstream's own refusal reaches the client
 
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
@@ -259,6 +228,25 @@ def _reset_saving(saving: tuple[float, float] | None) -> dict[str, str]:
     if saving is None:
         return {}
     return {"x-mixpr-reset-saving": f"expected={saving[0]:.0f}; realised={saving[1]:.0f}"}
+
+
+async def _decide(history: History, request: Request, name: str, prefix: bool) -> Outcome:
+    if prefix:
+        return await history.prepare(request, name)
+    return await history.today(request)
+
+
+async def _counted(history: History, counter: model_tokens.ServerCounter, request: Request, name: str,
+                   prefix: bool, outcome: Outcome) -> Outcome:
+    """``outcome`` as the model's own server counts it; prepared again at the scale that count
+    implies while it does not fit (the estimate's margin was too small for this text)."""
+    for _ in range(CALIBRATIONS):
+        exact = await counter.count(outcome.messages, request.tools)
+        if exact is None or exact <= request.target.limit:
+            return _with_count(outcome, exact)
+        request = _rescaled(request, outcome.final_tokens, exact)
+        outcome = await _decide(history, request, name, prefix)
+    return outcome  # still over: the upstream's own refusal reaches the client
 
 
 def _with_count(outcome: Outcome, exact: int | None) -> Outcome:

@@ -54,6 +54,7 @@ from gateway.core.guardrail import (
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.core.reply import forwarded
 from gateway.metrics import Metrics
+from gateway.prices import PRICE_KEYS
 from gateway.run.workers import Workers
 
 log = logging.getLogger("gateway.plugins.litellm_guardrail")
@@ -165,12 +166,13 @@ class MixPRGuardrail(CustomGuardrail):
         found = _deployment(model, self.pool_settings.default_max_input_tokens)
         if found is None:
             return None
-        name, upstream, window, params = found
-        key = (window, upstream)
+        name, upstream, window, params, prices = found
+        key = (window, upstream, tuple(sorted(prices.items())))
         known = self._services.get(name)
         if known is not None and known[0] == key:
             return name, known[1]
-        entry = ModelEntry(model_name=name, litellm_params=params, model_info={"max_input_tokens": window})
+        entry = ModelEntry(model_name=name, litellm_params=params,
+                           model_info={"max_input_tokens": window, **prices})
         config = GatewayConfig(model_list=[entry], mixpr_settings=self.mixpr_settings,
                                general_settings=self.pool_settings)
         compressor = await self._pool()
@@ -236,9 +238,11 @@ def _validated(mixpr: dict[str, Any], pool: dict[str, Any]) -> tuple[MixprSettin
         raise ConfigError(f"mixpr guardrail: invalid litellm_params ({problems})") from None
 
 
-def _deployment(model: str, default_window: int) -> tuple[str, str, int, dict[str, Any]] | None:
-    """The model group, tokenizer model, window and ``litellm_params`` of ``model``'s deployments in
-    the proxy; None when the proxy's router lists none.
+def _deployment(model: str, default_window: int
+                ) -> tuple[str, str, int, dict[str, Any], dict[str, float]] | None:
+    """The model group, tokenizer model, window, ``litellm_params`` and prices (the proxy config's
+    ``model_info`` price keys: ``gateway.prices`` reads them first) of ``model``'s deployments in the
+    proxy; None when the proxy's router lists none.
 
     A group of several deployments gets the smallest window, so the prompt fits whichever the
     router picks.
@@ -250,7 +254,10 @@ def _deployment(model: str, default_window: int) -> tuple[str, str, int, dict[st
     windows = [w for w in (_window(model, d) for d in deployments) if w]
     params = dict(deployments[0].get("litellm_params") or {})
     params["model"] = params.get("model") or model
-    return name, params["model"], min(windows, default=default_window), params
+    info = deployments[0].get("model_info") or {}
+    prices = {k: v for k, v in info.items()
+              if k in PRICE_KEYS and isinstance(v, int | float) and not isinstance(v, bool) and v >= 0}
+    return name, params["model"], min(windows, default=default_window), params, prices
 
 
 def _router_deployments(model: str) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from litellm.types.llms.openai import ValidUserMessageContentTypes
 from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
 from gateway.run import offload
+from gateway.upstream.redaction import redact
 
 log = logging.getLogger("gateway.upstream.forward")
 # Importing this module changes nothing in LiteLLM or the openai SDK: the gateway's process-wide
@@ -45,13 +46,6 @@ USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
 AUTH_STATUSES = frozenset({401, 403})
 # Credentials an upstream's error text may quote, each kept to its own alphabet (so the sentence
 # around it survives) and anchored at a word start (so "task-force" is no key):
-KEY_LIKE = re.compile(
-    r"(?P<sk>\bsk-)[\w\-*]{4,}"  # OpenAI's sk-..., sk-proj-...; Anthropic's sk-ant-...
-    r"|\bAIza[\w\-]{35}"  # Google's API keys
-    r"|(?P<bearer>\bBearer\s+)[\w\-.~+/]{8,}=*"  # Authorization: Bearer <token>
-    r"|(?P<azure>\bapi[-_]?key[\"']?\s*[:=]\s*[\"']?)[0-9a-fA-F]{32}\b",  # Azure's api-key: 32 hex
-    re.IGNORECASE,
-)
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
                 429: "rate_limit_error"}
@@ -285,6 +279,8 @@ def map_error(exc: BaseException) -> GatewayError:
         return auth_failed(status)
     error = _upstream_error_object(exc, status)
     error["message"] = redact(error["message"])
+    if isinstance(error.get("param"), str):
+        error["param"] = redact(error["param"])
     if status == 500 and _is_mislabelled_validation(error):
         status, error = 400, _validation_error(error["message"])
     return UpstreamError(error["message"], status_code=status, error_type=error["type"],
@@ -300,16 +296,6 @@ def auth_failed(status: int) -> UpstreamError:
     return UpstreamError("The upstream model refused the gateway's own credentials; the gateway's operator "
                          "has to fix them.", status_code=502, code="upstream_auth_failed",
                          headers={"x-mixpr-upstream-status": str(status)})
-
-
-def redact(text: str) -> str:
-    """``text`` with anything shaped like a credential (``KEY_LIKE``) replaced by ``[redacted]``, its
-    label (``sk-``, ``Bearer``, ``api-key:``) kept so the message still says what was wrong."""
-    return KEY_LIKE.sub(_redacted, text)
-
-
-def _redacted(match: re.Match[str]) -> str:
-    return (match.group("sk") or match.group("bearer") or match.group("azure") or "") + "[redacted]"
 
 
 def _causes(exc: BaseException) -> list[BaseException]:

@@ -16,6 +16,9 @@ tests never race on shared state:
 * ``mode-status-NNN``: status NNN with an OpenAI error body (503: with ``Retry-After: 3``);
   ``mode-text-NNN``: status NNN with a plain-text body (a proxy's error page);
   ``mode-context-400``: llama.cpp's 400 for a prompt longer than its window
+* ``mode-leak-500``: a plain-text 500 quoting operator data (``LEAK_TEXT``: a private base URL,
+  a Groq key, a model file's path), as a self-hosted server's error page may
+* a model named ``ft:...``: OpenAI's 404 for a model that does not exist, naming it
 * ``mode-openai-401``: OpenAI's real 401 for a wrong key (it quotes the key's first and last characters)
 * ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
 * ``mode-slowstream``: for ``stream=True``, a chunk every 100 ms for a minute; the time the client
@@ -178,6 +181,14 @@ class FakeUpstream:
                      "code": f"status_{status}"}
             _write_json(writer, status, {"error": error}, {"Retry-After": "3"} if status == 503 else None)
             return True
+        if mode == "mode-leak-500":
+            _write_raw(writer, 500, LEAK_TEXT.encode(), "text/plain")
+            return True
+        if mode.startswith("ft:"):  # OpenAI's own 404, which names the model it was sent
+            error = {"message": f"The model `{mode}` does not exist or you do not have access to it.",
+                     "type": "invalid_request_error", "param": None, "code": "model_not_found"}
+            _write_json(writer, 404, {"error": error})
+            return True
         if mode == "mode-openai-401":  # OpenAI's own answer to a wrong key, which quotes part of it
             _write_json(writer, 401, {"error": OPENAI_401})
             return True
@@ -264,6 +275,11 @@ LLAMA_VALIDATION_500 = {
                "create_chat_completion\n    POST /v1/chat/completions",
     "type": "internal_server_error", "param": None, "code": None,
 }
+LEAK_BASE = "http://10.2.3.4:8000/v1"
+LEAK_KEY = "gsk_" + "Q7w" * 16  # a Groq-shaped key
+LEAK_PATH = "/srv/models/acme-internal-7b.Q4_K_M.gguf"
+LEAK_TEXT = (f"upstream {LEAK_BASE} failed: worker with key {LEAK_KEY} could not load {LEAK_PATH} "
+             "(also tried https://ops:hunter2@mirror.internal:8443/v1, token hf_" + "x" * 34 + ")")
 OPENAI_401 = {
     "message": "Incorrect API key provided: sk-proj-********************************************wxyz. You "
                "can find your API key at https://platform.openai.com/account/api-keys.",

@@ -61,7 +61,8 @@ def test_form_cache_url_is_a_redis_url_and_never_echoed(monkeypatch: pytest.Monk
     assert "general_settings.form_cache_url" in str(caught.value) and "redis://" in str(caught.value)
     assert "hunter2" not in str(caught.value)
     monkeypatch.setenv("FORM_CACHE", "rediss://:pw@cache:6380/1")
-    raw = {**BASE, "general_settings": {"form_cache_url": "os.environ/FORM_CACHE", "deployment_secret": "s"}}
+    raw = {**BASE, "general_settings": {"form_cache_url": "os.environ/FORM_CACHE",
+                                        "deployment_secret": "s" * 32}}
     assert parse_config(raw).general_settings.form_cache_url == "rediss://:pw@cache:6380/1"
     monkeypatch.setenv("FORM_CACHE", "")  # a variable set to "" (the Kubernetes base): no shared cache
     assert parse_config(raw).general_settings.form_cache_url is None

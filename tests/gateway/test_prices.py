@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from typing import Any
+
 import pytest
 
+from gateway.compress.compressor import Compressor
 from gateway.config import parse_config
+from gateway.core.prepare import ChatCall, Preparer
+from gateway.metrics import Metrics
 from gateway.prices import Prices, prices_for
+from gateway.run.workers import Workers
 
 
 def test_openai_model_gets_its_own_prices_and_no_write_premium():
@@ -76,3 +84,58 @@ def test_prices_are_cached_by_model(monkeypatch):
     prices_for("openai/cache-me")
     assert calls == ["openai/cache-me"]
     prices._prices.cache_clear()
+
+
+# -- one price per model, the reset gate's too -------------------------------------------------------
+
+OPERATOR = {"input_cost_per_token": 3e-6, "cache_read_input_token_cost": 3e-7,
+            "cache_creation_input_token_cost": 3.75e-6}
+
+
+UNUSED = "http://127.0.0.1:9"  # nothing is forwarded
+
+
+def _listing(step: int, lines: int) -> str:
+    return "\n".join(f"{i:5}\tdef handler_{step}_{i}(value):  return parse(value, {i})" for i in range(lines))
+
+
+def _agent(steps: int, lines: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
+                                      {"role": "user", "content": "Make the parser accept trailing commas."}]
+    for step in range(steps):
+        call = {"id": f"c{step}", "type": "function",
+                "function": {"name": "bash", "arguments": json.dumps({"command": f"cat f{step}.py"})}}
+        messages += [{"role": "assistant", "content": f"Reading f{step}.py", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{step}", "content": _listing(step, lines)}]
+    return messages
+
+
+def _past_the_trigger(prices: dict[str, float]) -> Any:
+    """The first request of an agent loop whose forms pass its 40k trigger (41k; cost budget 4k,
+    resets gated by prices), prepared by a gateway whose model has ``prices`` in its model_info."""
+    mixpr = {"router": "heuristic", "budget_tokens": 4000, "compress_above_tokens": 40_000,
+             "prefix": {"first_sight": "always"}}
+    entry = {"model_name": "m", "litellm_params": {"model": "openai/acme-internal", "api_base": UNUSED},
+             "model_info": {"max_input_tokens": 200_000, **prices}, "mixpr": mixpr}
+
+    async def main() -> Any:
+        compressor = Compressor(Workers(workers=1, executor="thread", timeout_s=120), route_cache_size=16)
+        await compressor.start(with_router=False)
+        preparer = Preparer(parse_config({"model_list": [entry]}), compressor, Metrics())
+        try:
+            return await preparer.prepare(ChatCall("m", _agent(31, 150)))
+        finally:
+            await preparer.aclose()
+            compressor.close()
+
+    return asyncio.run(main())
+
+
+def test_the_reset_gate_prices_with_the_models_config_prices():
+    # A reset from 41k tokens to 3.6k, with no later turn expected (reset_horizon 0): it saves a
+    # tenth of 41k in reads and writes 3.6k. At the defaults (an unknown OpenAI-style model: a write
+    # costs what input does) that pays; at the operator's prices (a write 1.25x input) it loses.
+    defaults, operators = _past_the_trigger({}), _past_the_trigger(OPERATOR)
+    assert defaults.resets == 1 and defaults.final_tokens < 5000
+    assert operators.resets == 0, f"reset at the defaults' prices: {operators.reset_saving}"
+    assert operators.final_tokens > 40_000

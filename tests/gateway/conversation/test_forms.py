@@ -179,3 +179,45 @@ def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:
     parsed = json.loads(forms.form_job(piece, asked, None)[0])
     kept = parsed["file_text"]
     assert kept.startswith(long[:100]) and kept.endswith(long[-90:]) and len(kept) < len(long) / 4
+
+
+def test_arguments_that_keep_nothing_keep_what_names_the_call() -> None:
+    """A reset that leaves a call's arguments no room keeps their short identifying fields (the file
+    it wrote, a name, a flag) beside the note of what was omitted; the long ones go."""
+    long = "\n".join(f"line {i}: value = compute_{i}(x)" for i in range(300))
+    arguments = json.dumps({"path": "src/parser.py", "mode": "overwrite", "create": True, "file_text": long})
+    call = forms.Piece(2, None, 0, "assistant", arguments, "", None, False, False)
+    form, _ = forms.form_job(call, 0, None)
+    parsed = json.loads(form)
+    assert parsed["path"] == "src/parser.py" and parsed["mode"] == "overwrite" and parsed["create"] is True
+    assert "file_text" not in parsed and "omitted" in parsed
+    assert len(form) < 200
+
+
+def _mini_swe_agent() -> list[dict[str, Any]]:
+    """mini-swe-agent's text-based loop: each command's output comes back as a user message in its
+    ``<returncode>``/``<output>`` frame."""
+    listing = "\n".join(f"{i:5}\tdef handler_{i}(value):  return parse(value, {i})" for i in range(400))
+    return [{"role": "system", "content": "You are a helpful assistant that can run bash commands."},
+            {"role": "user", "content": "Fix parse_value in src/parser.py so that trailing commas parse."},
+            {"role": "assistant",
+             "content": "Let me read it.\n\n```mswea_bash_command\ncat src/parser.py\n```"},
+            {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n{listing}\n</output>"},
+            {"role": "assistant", "content": "Now the tests.\n\n```mswea_bash_command\nls tests\n```"},
+            {"role": "user", "content": "<returncode>0</returncode>\n<output>\ntest_parser.py\n</output>"}]
+
+
+def test_a_mini_swe_agent_observation_is_a_tool_output() -> None:
+    """Its observation is cut as a tool output, for the command that produced it and the task (head,
+    tail and the middle's best lines), not kept as a question's last 2,000 characters; and it is not
+    the user's words in a reset's query."""
+    from gateway.conversation import task
+
+    messages = _mini_swe_agent()
+    found = {p.message: p for p in forms.pieces(messages)}
+    observation = found[3]
+    assert not observation.question and observation.first_sight
+    assert "cat src/parser.py" in observation.query and "trailing commas" in observation.query
+    assert found[1].question  # the task itself is the user's
+    query = task.query(messages, len(messages) - 1)
+    assert "handler_7" not in query and "test_parser.py" not in query and "trailing commas" in query

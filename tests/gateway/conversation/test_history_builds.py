@@ -272,7 +272,7 @@ def _prepared_by_replicas(conversations: list[list[dict[str, Any]]], *, timeout_
         await compressor.start(with_router=False)
         settings = MixprSettings(router="heuristic", prefix=Prefix(**FORMS))
         target = Target("gpt-4o-mini", 32_000, 1024)
-        general = GeneralSettings(form_cache_url=redis_url, master_key="sk-replicas")
+        general = GeneralSettings(form_cache_url=redis_url, deployment_secret="replicas-" + "s" * 32)
         one = History(compressor, cache_bytes=64 * 1024 * 1024)
         out = []
         try:

@@ -6,7 +6,7 @@ configs, against what the docs promise: the newest user message is never cut to 
 short one is sent as written, a long one keeps its end), the request fits the window beside the
 reply, tool calls keep their ids, names and (JSON) arguments and stay paired with their results,
 a cold second instance sends the same bytes, and, turn after turn, what was sent is sent again
-unless a reset is reported. (Doubled inputs are timed in ``test_history_builds`` and
+unless a cold instance reports a reset. (Doubled inputs are timed in ``test_history_builds`` and
 ``bench.builds``: timing has no place among random examples.)
 
 ``make test`` runs a bounded profile (``ci``); ``make fuzz`` a longer one (``HYPOTHESIS_PROFILE=fuzz``).
@@ -229,20 +229,26 @@ def test_what_was_sent_is_sent_again_unless_a_reset_is_reported(
         runner: tuple[asyncio.Runner, Compressor], conversation: list[dict[str, Any]],
         config: dict[str, Any]) -> None:
     """The provider's prompt cache hits only on bytes sent before. One instance gets every turn of
-    the conversation as a client sends them: unless a request reports a reset (``x-mixpr-reset``),
-    the previous request's messages come again as they were sent."""
+    the conversation as a client sends them; each turn is also sent to a cold instance (a new
+    preparer: no memory of what was sent, no forms cached), which must send the same bytes, and
+    which knows of a reset only by recomputing it. Unless the cold instance reports one
+    (``x-mixpr-reset``), the previous request's messages come again as the warm one sent them. (The
+    warm instance's own report is computed from the very bytes compared: it could not fail here.)"""
     loop, compressor = runner
     params = {"max_tokens": config["max_tokens"]} if config["max_tokens"] else {}
     preparer = _preparer(compressor, config)
     before: tuple[int, list[dict[str, Any]]] | None = None
     for end in _turns(conversation):
+        call = ChatCall("m", conversation[:end], params)
         try:
-            outcome = loop.run(preparer.prepare(ChatCall("m", conversation[:end], params)))
+            outcome = loop.run(preparer.prepare(call))
         except ContextLengthExceeded:
             before = None  # a 400: nothing was sent
             continue
-        event(f"reset={outcome.reset}")
-        if before is not None and not outcome.reset:
+        cold = loop.run(_preparer(compressor, config).prepare(call))
+        assert json.dumps(cold.messages) == json.dumps(outcome.messages), "a cold instance sends other bytes"
+        event(f"reset={cold.reset}")
+        if before is not None and not cold.reset:
             cut, sent = before
             assert outcome.messages[:cut] == sent, f"the request of {cut} messages changed, no reset said"
         before = (end, outcome.messages)

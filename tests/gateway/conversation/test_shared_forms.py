@@ -159,7 +159,8 @@ def _config(upstream_url: str, redis_url: str) -> dict[str, Any]:
         "model_list": [{"model_name": "agent", "litellm_params": params,
                         "model_info": {"max_input_tokens": 200_000}, "mixpr": {"prefix": FORMS}}],
         "mixpr_settings": {"router": "heuristic", "token_margin": 0},
-        "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread",
+        "general_settings": {"master_key": KEY, "deployment_secret": "shared-forms-test-" + "s" * 32,
+                             "compression_workers": 1, "compression_executor": "thread",
                              "form_cache_url": redis_url, "form_cache_timeout_ms": int(TIMEOUT_S * 1000)},
     }
 
@@ -293,7 +294,8 @@ async def test_a_value_anyone_wrote_to_redis_is_not_used(redis_server: RedisServ
     another secret) is dropped and counted; the build computes that form itself."""
     metrics = Metrics()
     shared = _shared(redis_server.url, metrics)
-    other = _shared(redis_server.url, secret=b"another deployment's secret")
+    # Signed under another secret, in this deployment's names (another deployment's own are elsewhere).
+    other = _shared(redis_server.url, secret=b"another deployment's secret", prefix=shared.prefix)
     good, injected, changed, moved, foreign = names = _names(5)
     shared.store({good: shared.signed(good, encoded(("kept", 1))),
                   changed: shared.signed(changed, encoded(("a form", 2)))})
@@ -321,9 +323,9 @@ async def test_entries_of_other_code_are_not_read(redis_server: RedisServer, tmp
     selection = copy / "selection.py"
     selection.write_text(selection.read_text() + "\n# one more line\n")
     assert shared_forms.code_digest([copy]) != before
-    assert shared_forms.CODE_DIGEST in shared_forms.namespace()
+    assert shared_forms.CODE_DIGEST in shared_forms.namespace(SECRET)
     [name] = _names(1)
-    older = _shared(redis_server.url, prefix=shared_forms.namespace(before))
+    older = _shared(redis_server.url, prefix=shared_forms.namespace(SECRET, before))
     older.store({name: older.signed(name, encoded(("an older form", 3)))})
     await older.flush()
     current = _shared(redis_server.url)
@@ -333,11 +335,38 @@ async def test_entries_of_other_code_are_not_read(redis_server: RedisServer, tmp
     await older.aclose()
 
 
-def test_a_shared_cache_needs_a_secret_every_replica_has() -> None:
-    """Entries are signed under deployment_secret (or master_key): without either, the config says so."""
-    with pytest.raises(ValidationError, match="deployment_secret"):
-        GeneralSettings(form_cache_url="redis://127.0.0.1:6379/0")
+DEPLOYMENT_SECRET = "d" * 32
+
+
+def test_a_shared_cache_needs_a_secret_of_its_own() -> None:
+    """Entries are signed under deployment_secret, at least 32 characters, never under a key derived
+    from master_key (every client sends that one: one who can write to Redis would forge forms)."""
+    for given in ({}, {"master_key": "sk-" + "m" * 40}, {"deployment_secret": "s"},
+                  {"deployment_secret": "s" * 31, "master_key": "sk-" + "m" * 40}):
+        with pytest.raises(ValidationError, match="deployment_secret of at least 32 characters"):
+            GeneralSettings(form_cache_url="redis://127.0.0.1:6379/0", **given)
     signed = {shared_forms.signing_secret(GeneralSettings(form_cache_url="redis://r:6379/0", **given))
-              for given in ({"master_key": "sk-a"}, {"deployment_secret": "s"},
-                            {"deployment_secret": "s", "master_key": "sk-b"})}
-    assert len(signed) == 2  # the deployment's secret first, whatever the master key
+              for given in ({"deployment_secret": DEPLOYMENT_SECRET},
+                            {"deployment_secret": DEPLOYMENT_SECRET, "master_key": "sk-b"},
+                            {"deployment_secret": "e" * 32, "master_key": "sk-b"})}
+    assert len(signed) == 2  # the deployment's secret alone, whatever the master key
+
+
+async def test_two_deployments_sharing_one_redis_keep_their_own_entries(redis_server: RedisServer) -> None:
+    """Two deployments (two secrets) on one Redis: each name lives in its deployment's namespace (a
+    short hash of its signing key), so neither rejects nor overwrites the other's entries."""
+    metrics = Metrics()
+    ours, theirs = (shared_forms.from_settings(GeneralSettings(form_cache_url=redis_server.url,
+                                                               deployment_secret=secret), metrics)
+                    for secret in ("a" * 32, "b" * 32))
+    assert ours is not None and theirs is not None and ours.prefix != theirs.prefix
+    [name] = _names(1)
+    ours.store({name: ours.signed(name, encoded(("our form", 3)))})
+    await ours.flush()
+    theirs.store({name: theirs.signed(name, encoded(("their form", 4)))})
+    await theirs.flush()
+    assert await _found(ours, [name], metrics) == {name: ("our form", 3)}
+    assert await _found(theirs, [name], metrics) == {name: ("their form", 4)}
+    assert _rejected(metrics) == 0
+    await ours.aclose()
+    await theirs.aclose()

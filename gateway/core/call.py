@@ -1,0 +1,36 @@
+"""A chat call in the gateway's own terms, shared by ``gateway.core.prepare`` and observe mode
+(``gateway.core.observe``), which both prepare it and import neither each other's internals."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.compress.policy import Control
+from gateway.core import reply
+
+
+@dataclass(frozen=True)
+class ChatCall:
+    """A chat completion request in the gateway's own terms (OpenAI chat messages)."""
+
+    model: str  # a model_name from model_list
+    messages: list[dict[str, Any]]
+    params: dict[str, Any] = field(default_factory=dict)  # every other OpenAI chat parameter
+    control: Control = Control()
+    stream: bool = False
+    # How the messages prepared for the upstream become the ones sent, when ``messages`` is a view
+    # of a richer request (Anthropic blocks: ``gateway.api.anthropic_blocks``); None: as they are.
+    wire: Callable[[list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    raw_reply: bool = False  # the API can take the chat answer as bytes from the raw relay (body, events)
+    session: str | None = None  # the conversation the client names (``gateway.core.cache_key``)
+    # False when whoever forwards the call cannot send a lowered max_tokens (the generic guardrail
+    # API answers with texts only): the reply then keeps what the client asked (``gateway.core.reply``).
+    lowers_reply: bool = True
+
+
+def lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:
+    """Whether the gateway may lower this call's reply: the client set it, the forwarder can send a
+    lowered one, and compression is not switched off for the request."""
+    return asked.asked is not None and call.lowers_reply and control.enabled is not False

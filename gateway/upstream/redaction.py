@@ -1,0 +1,156 @@
+"""What an upstream's error text may say of the operator's setup never reaches a client.
+
+Two nets. First, by exact value, everything of the operator's the gateway holds in its config
+(:meth:`Redactor.from_config`): every key and secret, every base URL's host and user-info, every
+managed model file, and every upstream model name, which becomes the client's own alias for it (a 404
+then still says which model: the one the client asked for). Second, text shaped like a credential
+the config does not hold (``KEY_LIKE``: a key another server quoted, a URL with a password).
+
+One redactor per process, the union of every config an app was made from (``install``): a value
+redacted too often costs a word of an error message, one redacted too rarely leaks it.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+from gateway.config import GatewayConfig
+
+REDACTED = "[redacted]"
+HOST = "[upstream-host]"
+PATH = "[model-file]"
+MIN_SECRET_CHARS = 6  # shorter "keys" (placeholders such as "none", "x") are words, not secrets
+SECRET_WORDS = ("key", "secret", "token", "password", "credential")
+
+KEY_LIKE = re.compile(
+    r"(?P<sk>\bsk-)[\w\-*]{4,}"  # OpenAI's sk-..., sk-proj-...; Anthropic's sk-ant-...
+    r"|(?P<prefix>\b(?:xai-|hf_|gsk_|pplx-|r8_))[\w\-]{16,}"  # xAI, Hugging Face, Groq, Perplexity, Replicate
+    r"|\bAIza[\w\-]{35}"  # Google's API keys
+    r"|(?P<bearer>\b(?:Bearer|Basic)\s+)[\w\-.~+/]{8,}=*"  # Authorization: Bearer <token>, Basic <b64>
+    # Azure's api-key: 32 hex, and any 32+ hex run labelled as a key, token or secret
+    r"|(?P<azure>\b(?:api[-_ ]?key|key|token|secret)[\"']?\s*[:=]?\s*[\"']?)[0-9a-fA-F]{32,}\b"
+    r"|(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^\s/:@]+:[^\s/@]+@"  # user:pass@ in a URL
+    # a model file's path
+    r"|(?P<file>(?:~|\b[A-Za-z]:)?(?:[/\\][\w.\-]+)+\.(?:gguf|ggml|safetensors|onnx|pth?|bin))\b",
+    re.IGNORECASE,
+)
+LABELS = ("sk", "prefix", "bearer", "azure", "scheme")
+
+
+def _labelled(match: re.Match[str]) -> str:
+    if match.group("file"):
+        return PATH
+    label = next((match.group(g) for g in LABELS if match.group(g)), "")
+    return label + REDACTED + ("@" if match.group("scheme") else "")
+
+
+class Redactor:
+    """Replaces each known value by what the client may see, then anything ``KEY_LIKE``."""
+
+    def __init__(self, replacements: Mapping[str, str] | None = None) -> None:
+        self.replacements = dict(replacements or {})
+        self._pattern = _alternation(self.replacements)
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> Redactor:
+        return cls(dict(_known(config)))
+
+    def merged(self, other: Redactor) -> Redactor:
+        return Redactor({**self.replacements, **other.replacements})
+
+    def __call__(self, text: str) -> str:
+        if self._pattern is not None:
+            text = self._pattern.sub(lambda m: self.replacements[m.group(0)], text)
+        return KEY_LIKE.sub(_labelled, text)
+
+
+def _alternation(replacements: Mapping[str, str]) -> re.Pattern[str] | None:
+    """One pattern for every value, the longest first (a URL before its host), each a whole token:
+    a model named ``echo`` is not replaced inside ``echoes``."""
+    if not replacements:
+        return None
+    values = sorted(replacements, key=len, reverse=True)
+    return re.compile(r"(?<![\w.\-])(?:" + "|".join(map(re.escape, values)) + r")(?![\w\-])")
+
+
+def _known(config: GatewayConfig) -> Iterator[tuple[str, str]]:
+    """(value, what replaces it) for everything of the operator's in ``config``."""
+    general = config.general_settings
+    for secret in (general.master_key, general.deployment_secret):
+        yield from _secret(secret)
+    if general.form_cache_url:
+        yield from _url(general.form_cache_url)
+    for entry in config.model_list:
+        for key, value in entry.litellm_params.items():
+            yield from _param(key, value)
+        model = entry.upstream_model
+        for name in {model, model.split("/", 1)[-1]}:  # the provider's own name of it, and LiteLLM's
+            if name != entry.model_name:
+                yield name, entry.model_name
+        yield from _managed(entry.managed_server or {})
+
+
+def _param(key: str, value: Any) -> Iterator[tuple[str, str]]:
+    if not isinstance(value, str) or key == "model":
+        return
+    if key.endswith(("_base", "_url", "base_url", "endpoint")):
+        yield from _url(value)
+    elif any(word in key.lower() for word in SECRET_WORDS):
+        yield from _secret(value)
+
+
+def _secret(value: str | None) -> Iterator[tuple[str, str]]:
+    if value and len(value) >= MIN_SECRET_CHARS:
+        yield value, REDACTED
+
+
+def _url(value: str) -> Iterator[tuple[str, str]]:
+    """A base URL's host (with its port, and alone) and user-info; the rest of it (``/v1``) is public."""
+    try:
+        parts = urlsplit(value if "//" in value else "//" + value)
+        host, port = parts.hostname, parts.port
+    except ValueError:
+        return
+    if parts.username or parts.password:
+        userinfo = parts.netloc.rsplit("@", 1)[0]
+        yield userinfo, REDACTED
+        yield from _secret(parts.password)
+    if host:
+        yield host, HOST
+        if port is not None:
+            yield f"{host}:{port}", HOST
+
+
+def _managed(settings: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    path = settings.get("model_path")
+    if not isinstance(path, str) or not path:
+        return
+    yield path, PATH
+    if not path.startswith("pkg:"):
+        return
+    try:  # the file it resolves to, as the server's own errors name it
+        from gateway.local.managed import resolve_model_path
+        yield str(resolve_model_path(path)), PATH
+    except Exception:  # not installed (yet): the configured name is what is known
+        return
+
+
+_current = Redactor()
+_lock = threading.Lock()
+
+
+def install(config: GatewayConfig) -> None:
+    """Add ``config``'s values to what this process redacts (an app is made per config)."""
+    global _current
+    with _lock:
+        _current = _current.merged(Redactor.from_config(config))
+
+
+def redact(text: str) -> str:
+    """``text`` with the operator's values replaced and anything credential-shaped ``[redacted]``
+    (its label, ``sk-``, ``Bearer``, ``api-key:``, kept so the message still says what was wrong)."""
+    return _current(text)

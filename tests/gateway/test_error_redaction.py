@@ -1,0 +1,96 @@
+"""Upstream error text reaches clients without the operator's data: every key, base URL host,
+user-info, upstream model name and managed model file the config holds is replaced by exact value
+(an upstream model name by the client's own alias for it), and credential-shaped text the config
+does not hold is caught by the patterns. Through real HTTP, against the tests' fake upstream."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import MASTER_KEY, UPSTREAM_KEY, ServerThread
+from fake_upstream import LEAK_BASE, LEAK_KEY, LEAK_PATH, FakeUpstream
+
+from gateway import create_app
+from gateway.config import parse_config
+from gateway.upstream import redaction
+
+AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
+PRIVATE = "ft:gpt-4o:acme:internal-v3"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def _config(base: str) -> dict[str, Any]:
+    def entry(name: str, model: str, api_base: str, api_key: str = UPSTREAM_KEY) -> dict[str, Any]:
+        return {"model_name": name, "litellm_params": {"model": f"openai/{model}", "api_base": api_base,
+                                                       "api_key": api_key}}
+
+    return {"model_list": [entry("private", PRIVATE, base), entry("leaky", "mode-leak-500", base, LEAK_KEY),
+                           entry("elsewhere", "served-elsewhere", LEAK_BASE)],
+            "general_settings": {"master_key": MASTER_KEY}}
+
+
+@pytest.fixture(scope="module")
+def url(upstream: FakeUpstream) -> Iterator[str]:
+    server = ServerThread(create_app(parse_config(_config(upstream.base_url)))).start()
+    yield server.url
+    server.stop()
+
+
+PATHS = {
+    "chat": ("/v1/chat/completions", {"messages": HELLO}),
+    "chat stream": ("/v1/chat/completions", {"messages": HELLO, "stream": True}),
+    "responses": ("/v1/responses", {"input": "hello"}),
+    "messages": ("/v1/messages", {"messages": HELLO, "max_tokens": 16}),
+}
+
+
+def _answer(url: str, kind: str, model: str) -> httpx.Response:
+    path, body = PATHS[kind]
+    return httpx.post(url + path, json={"model": model, **body}, headers=AUTH, timeout=60)
+
+
+@pytest.mark.parametrize("kind", sorted(PATHS))
+def test_a_404_names_the_clients_alias_not_the_upstream_model(url: str, kind: str) -> None:
+    response = _answer(url, kind, "private")
+    assert response.status_code == 404, response.text
+    assert "acme" not in response.text and "internal-v3" not in response.text
+    assert "`private`" in response.text  # what the client asked for: the message still says which
+
+
+@pytest.mark.parametrize("kind", sorted(PATHS))
+def test_a_plain_text_500_loses_hosts_keys_and_paths(url: str, kind: str) -> None:
+    response = _answer(url, kind, "leaky")
+    assert response.status_code >= 500, response.text
+    for secret in ("10.2.3.4", LEAK_KEY, LEAK_KEY[4:20], LEAK_PATH, "acme-internal", "hunter2", "ops:",
+                   "hf_x"):
+        assert secret not in response.text, (secret, response.text)
+    assert "could not load" in response.text  # the rest of what the upstream said stays
+
+
+@pytest.mark.parametrize("text", [
+    "key xai-" + "a1B2" * 12, "token hf_" + "Ab" * 17, "key gsk_" + "Zq" * 26,
+    "Authorization: Basic dXNlcjpzM2NyZXQ=", "https://admin:s3cret@db.internal:5432/x",
+    "api key 0123456789abcdef0123456789abcdef", "could not load /opt/weights/secret-model.Q8_0.gguf",
+])
+def test_the_patterns_catch_what_the_config_does_not_hold(text: str) -> None:
+    redacted = redaction.redact(text)
+    assert "[redacted]" in redacted or "[model-file]" in redacted
+    assert text.split()[-1] not in redacted
+
+
+def test_every_secret_of_the_config_is_known(tmp_path: Any) -> None:
+    managed = {"kind": "xllamacpp", "model_path": LEAK_PATH, "port": 8099}
+    raw = _config("https://user:pa55word@llm.acme.example/v1")
+    raw["model_list"].append({"model_name": "local", "litellm_params": {"model": "openai/local"},
+                              "managed_server": managed})
+    known = redaction.Redactor.from_config(parse_config(raw))
+    text = (f"https://user:pa55word@llm.acme.example/v1 {LEAK_BASE} {UPSTREAM_KEY} {LEAK_PATH} "
+            f"model {PRIVATE} and mode-leak-500")
+    out = known(text)
+    for secret in ("pa55word", "user:", "llm.acme.example", "10.2.3.4", UPSTREAM_KEY, LEAK_PATH, PRIVATE,
+                   "mode-leak-500"):
+        assert secret not in out, (secret, out)
+    assert "model private and leaky" in out
