@@ -16,7 +16,14 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse
 
-from gateway.api import anthropic_messages, guardrail_api, openai_chat, openai_responses, passthrough
+from gateway.api import (
+    anthropic_messages,
+    compress_api,
+    guardrail_api,
+    openai_chat,
+    openai_responses,
+    passthrough,
+)
 from gateway.api.common import authorize, state
 from gateway.compress.compressor import Compressor
 from gateway.config import GatewayConfig
@@ -157,6 +164,7 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     app.include_router(openai_responses.router)
     app.include_router(anthropic_messages.router)
     app.include_router(guardrail_api.router)
+    app.include_router(compress_api.router)
     app.include_router(router)
     _register_error_handlers(app)
     # The last added runs first: metrics see every response, the 500s of unexpected errors included.

@@ -59,6 +59,10 @@ class ChatCall:
     # False when whoever forwards the call cannot send a lowered max_tokens (the generic guardrail
     # API answers with texts only): the reply then keeps what the client asked (``gateway.core.reply``).
     lowers_reply: bool = True
+    # The messages are a conversation's earlier turns as another gateway hands them over, without its
+    # newest turn and often without the assistant rows (``/v1/compress``): compressed message by
+    # message, as a multi-turn conversation is, so that the next request's answer only appends.
+    conversation: bool = False
 
 
 @dataclass
@@ -157,7 +161,7 @@ class Preparer:
                         self.scales[name], asked=kept.asked if kept.lowered else None)
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
-                          self.routers.get(settings.router_model or name), more)
+                          self.routers.get(settings.router_model or name), more, call.conversation)
         outcome = await self._decide(request, name, prefix)
         counter = self.counters.get(name)
         if counter is not None and control.enabled is not False:
