@@ -23,6 +23,7 @@ from gateway.api import (
     openai_chat,
     openai_responses,
     passthrough,
+    responses_compact,
 )
 from gateway.api.common import authorize, state
 from gateway.compress.compressor import Compressor
@@ -161,6 +162,7 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     app.state.gateway = state
     app.include_router(openai_chat.router)
     app.include_router(passthrough.router)
+    app.include_router(responses_compact.router)  # before /v1/responses: its own path
     app.include_router(openai_responses.router)
     app.include_router(anthropic_messages.router)
     app.include_router(guardrail_api.router)
