@@ -142,7 +142,7 @@ def test_a_full_conversation_keeps_its_system_and_calls(service: httpx.Client) -
     assert all("omitted" in m["content"] for m in out if m["role"] == "tool")
 
 
-def test_switches_and_a_known_model_and_the_key(gateway_url: str, service: httpx.Client) -> None:
+def test_switches_and_a_known_model_and_the_key(service: httpx.Client) -> None:
     messages = [{"role": "user", "content": DOCUMENT}, {"role": "user", "content": "And?"}]
     body = {"messages": messages, "model": "small"}
     off = service.post(PATH, json=body, headers={"x-mixpr-enabled": "false"})
