@@ -50,11 +50,11 @@ test: $(VENV)/.installed-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
-# The multi-turn path's property tests (tests/gateway/compress/test_properties.py) at length: `make test`
+# The multi-turn path's property tests (tests/gateway/conversation/test_properties.py) at length: `make test`
 # runs a bounded profile (12 examples, derandomized); this one 300 random examples. Keep what it finds
 # as @example in the test.
 fuzz: $(VENV)/.installed-test
-	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -n 0 -p no:randomly tests/gateway/compress/test_properties.py \
+	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -n 0 -p no:randomly tests/gateway/conversation/test_properties.py \
 		--hypothesis-show-statistics
 
 # The agent clients' end-to-end tests (tests/gateway/test_client_*.py, docs/clients.md) with the newest

@@ -19,7 +19,7 @@ and odd line indices of the file). Signals:
 * files later edited: a path or file name in the line that a later call's arguments name;
 * MixPR's own pick: ``mixpr.compress(output, budget_tokens=1000, kind="auto", query=<call name and
   arguments, the assistant's words, the task>, source=<the call's path argument>)`` keeps >= 90% of the
-  line's characters (the query as ``gateway.compress.forms`` builds it).
+  line's characters (the query as ``gateway.conversation.forms`` builds it).
 
 A second table gives recency: for every tool output (any length) and every later step that could use
 it strictly, by the age of that step in steps since the output was first sent (1 = the first request

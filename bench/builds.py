@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.builds            # every figure, ~2-4 min on 2 cores
     .venv/bin/python -m bench.builds --quick    # smaller sizes, ~30 s
 
-In this process, on ``gateway.compress.history.History`` with a pool of worker processes, as the
+In this process, on ``gateway.conversation.history.History`` with a pool of worker processes, as the
 gateway runs it; texts are real (the dev split's agent runs, the haystack books):
 
 * cold vs warm build of a 300-step agent session (tool steps of the dev runs, one after another):
@@ -34,11 +34,11 @@ from typing import Any
 
 from bench.agents import trajectories
 from bench.data import books
-from gateway.compress import task
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
+from gateway.conversation import task
+from gateway.conversation.history import History, Request
 from gateway.run.workers import Workers
 from mixpr.kinds.grep import file_of
 

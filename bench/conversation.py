@@ -11,7 +11,7 @@ gateway over HTTP to the tests' recording upstream; three policies:
 
 * no gateway: the client's messages as they are, to a model whose window holds them;
 * today: the gateway compressing each turn for its newest question (``prefix.enabled: false``);
-* prefix: the gateway sending each message's form once, then appending (``gateway.compress.history``).
+* prefix: the gateway sending each message's form once, then appending (``gateway.conversation.history``).
 
 Two settings: cost mode (trigger 16k, budget 8k, 1M window) and window mode (32k window, defaults).
 Provider caching is simulated on what the upstream received, in cl100k tokens of the messages laid out

@@ -66,8 +66,8 @@ class SelfRouteOverrides(_Strict):
 
 class Prefix(_Strict):
     """Multi-turn requests: each long message compressed once, at first sight, then only appended
-    (``gateway.compress.forms``); rare deliberate resets when the forms no longer fit
-    (``gateway.compress.resets``)."""
+    (``gateway.conversation.forms``); rare deliberate resets when the forms no longer fit
+    (``gateway.conversation.resets``)."""
 
     enabled: bool = True
     # When first-sight forms start: "after_trigger" (a conversation goes as the client sent it until
@@ -204,7 +204,7 @@ class ModelEntry(_Strict):
 class GeneralSettings(_Strict):
     master_key: str | None = None
     # A secret of the deployment, the same on every replica: keys the prompt_cache_key MAC
-    # (gateway.core.cache_key) and signs the shared form cache's entries (gateway.compress.shared_forms).
+    # (gateway.core.cache_key) and signs the shared form cache's entries (gateway.conversation.shared_forms).
     # null: derived from master_key (without one: the cache key's secret is this install's own).
     deployment_secret: str | None = None
     # Serve without a master key on a non-loopback address (something in front authenticates).
@@ -249,7 +249,7 @@ class GeneralSettings(_Strict):
     # (gateway.core.cache_key); false: only the client's own.
     prompt_cache_key: bool = True
     # Replicas share message forms through this Redis (redis://host:6379/0, rediss://, unix://);
-    # null: each replica keeps its own (gateway.compress.shared_forms).
+    # null: each replica keeps its own (gateway.conversation.shared_forms).
     form_cache_url: str | None = None
     # A build waits at most this long for Redis, then computes what it lacks itself.
     form_cache_timeout_ms: int = Field(100, ge=1, le=10_000)

@@ -135,7 +135,7 @@ class Metrics:
             self.compression_seconds.labels(model).observe((compress_ms or 0.0) / 1000)
 
     def record_prefix(self, model: str, outcome: Any) -> None:
-        """One request of a multi-turn conversation (``gateway.compress.history``)."""
+        """One request of a multi-turn conversation (``gateway.conversation.history``)."""
         self.new_forms.labels(model).inc(outcome.new_forms)
         if outcome.reset:
             self.resets.labels(model).inc()

@@ -48,3 +48,14 @@ def test_mixpr_importing_the_gateway_is_caught(tmp_path: Path) -> None:
     result = _lint(tree)
     assert result.returncode != 0
     assert "mixpr.pagerank -> gateway.config" in result.stdout
+
+
+def test_an_import_circle_inside_a_layer_is_caught(tmp_path: Path) -> None:
+    """The layers allow any import within one layer; the acyclic contract still refuses a circle there."""
+    tree = _copy(tmp_path)
+    with (tree / "gateway" / "conversation" / "sent.py").open("a") as f:
+        f.write("\nimport gateway.conversation.report  # noqa: E402  report imports sent: a circle\n")
+    result = _lint(tree)
+    assert result.returncode != 0
+    assert "No cycles are allowed in gateway.conversation" in result.stdout
+    assert ".sent -> .report" in result.stdout or ".report -> .sent" in result.stdout

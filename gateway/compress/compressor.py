@@ -75,7 +75,8 @@ class Outcome:
     room: int | None = None
     spans: tuple[tuple[int, int], ...] = ()  # kept spans of the conversation's stream, when compressed
     failed_open: bool = False  # compression failed and the original went out: not a state to remember
-    reused_tokens: int = 0  # prompt tokens that repeat the previous turn's request exactly (compress.history)
+    # prompt tokens that repeat the previous turn's request exactly (gateway.conversation.history)
+    reused_tokens: int = 0
     reset: bool = False  # a reset since the previous request: its older part was compressed harder
     new_forms: int = 0  # message forms computed for this request (found in no cache: memory, Redis)
     reuse_basis: str = "none"  # how reused_tokens is known: remembered, recomputed or none

@@ -103,7 +103,7 @@ def rewritten_texts(plan: Layout, outcome: Outcome) -> list[str]:
             continue
         if not isinstance(after, list) or not isinstance(before, list):
             continue
-        shift = len(after) - len(before)  # a block of evidence put first (gateway.compress.history)
+        shift = len(after) - len(before)  # a block of evidence put first (gateway.conversation.history)
         text = after[part + shift].get("text") if 0 <= shift else None
         if not isinstance(text, str):
             continue

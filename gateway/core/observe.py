@@ -16,11 +16,11 @@ import functools
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from gateway.compress import resets
 from gateway.compress.compressor import Outcome
-from gateway.compress.history import Request
 from gateway.compress.policy import Control, Target, threshold
 from gateway.config import MixprSettings, ModelEntry
+from gateway.conversation import resets
+from gateway.conversation.history import Request
 from gateway.core import reply, self_route, shadow
 from gateway.core.shadow import Figures
 from gateway.prices import prices_for

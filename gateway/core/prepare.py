@@ -16,9 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gateway.compress import shared_forms
 from gateway.compress.compressor import Compressor, Outcome, Router
-from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.config import (
     ROUTER_ONLY_PARAMS,
@@ -28,6 +26,8 @@ from gateway.config import (
     max_input_tokens,
     max_output_tokens,
 )
+from gateway.conversation import shared_forms
+from gateway.conversation.history import History, Request
 from gateway.core import model_tokens, observe, reply, self_route
 from gateway.core.shadow import Shadow
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
@@ -110,7 +110,7 @@ class Preparer:
 
     async def prepare(self, call: ChatCall) -> Outcome:
         """What is sent upstream for ``call``: the trigger, budget, query span, router, the
-        messages' forms (``gateway.compress.history``) and failing open decided here, once, for every API
+        messages' forms (``gateway.conversation.history``) and failing open decided here, once, for every API
         and for the LiteLLM guardrail (which sends nothing)."""
         started = time.perf_counter()
         entry = self.entry(call.model)

@@ -15,7 +15,7 @@ room, it is lowered to the least reply.
 
 The decision reads the model, the config, the reply asked and the constant parts only, never the
 rest of the prompt: a conversation's turns keep one reply and so one room, and its reset points stay
-where they were (``gateway.compress.resets``). Only a request that cannot be sent at all beside that
+where they were (``gateway.conversation.resets``). Only a request that cannot be sent at all beside that
 reply gets the least reply instead (``gateway.core.prepare``), rather than a refusal.
 """
 

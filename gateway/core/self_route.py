@@ -2,8 +2,8 @@
 
 When a prompt was compressed, the copy sent upstream asks the model to write "unanswerable" if the
 text does not answer the question. In a conversation whose turn extends the previous one's bytes
-(``gateway.compress.history``), the same prefix is asked again first, with four times the evidence for the new
-question (the provider's cache still holds the prefix). Then such a reply is escalated once: to a
+(``gateway.conversation.history``), the same prefix is asked again first, with four times the evidence
+for the new question (the provider's cache still holds the prefix). Then such a reply is escalated once: to a
 fallback model with a longer window (the original messages, when they fit), or to the same model
 with four times the budget. This
 module holds the pieces; ``gateway.core.chat`` wires them into the one call every API shares.

@@ -36,10 +36,10 @@ from litellm.integrations.custom_guardrail import CustomGuardrail
 from litellm.types.guardrails import GuardrailEventHooks
 from pydantic import ValidationError
 
-from gateway.compress import shared_forms
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.compress.history import History
 from gateway.config import ConfigError, GatewayConfig, GeneralSettings, MixprSettings, ModelEntry
+from gateway.conversation import shared_forms
+from gateway.conversation.history import History
 from gateway.core.guardrail import (
     REPLY_LIMITS,
     Layout,

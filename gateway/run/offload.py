@@ -28,7 +28,7 @@ THREADS = 2
 LIST_KEYS = ("messages", "tools", "input", "prompt")
 
 THREAD_PREFIX = "mixpr-big-request"
-# Conversation builds (``gateway.compress.history``) wait on the compression pool for most of their
+# Conversation builds (``gateway.conversation.history``) wait on the compression pool for most of their
 # time, seconds when cold: in the threads above they would stall every big request's parsing. They
 # get their own (``Builds``).
 BUILD_PREFIX = "mixpr-build"

@@ -22,9 +22,9 @@ from typing import Any
 
 from gateway.app import freeze_startup_objects
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
+from gateway.conversation.history import History, Request
 from gateway.run.workers import Workers
 
 TICK_S = 0.005

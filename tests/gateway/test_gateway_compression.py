@@ -87,7 +87,7 @@ def test_conversation_keeps_roles_places_and_parts(client: openai.OpenAI, upstre
     [sent] = _chat_requests(upstream, "small")
     kept = sent["messages"]
     assert [m["role"] for m in kept] == [m["role"] for m in messages]
-    # A request with an earlier turn is its messages' forms (gateway.compress.history): the pasted
+    # A request with an earlier turn is its messages' forms (gateway.conversation.history): the pasted
     # text was cut for what it was pasted with, and the later question brings its own evidence.
     assert kept[0] == messages[0] and kept[4]["content"].endswith(QUESTION)
     assert kept[1]["name"] == "reader" and kept[1]["content"][1] == image
@@ -204,7 +204,7 @@ def test_empty_pieces_get_a_placeholder(client: openai.OpenAI, upstream: FakeUps
     assert [m["role"] for m in sent["messages"]] == ["user", "assistant", "user"]
     assert all(m["content"] for m in sent["messages"])  # never empty: providers reject that
     assert NEEDLE in sent["messages"][2]["content"]
-    # A request with an earlier turn is its messages' forms (gateway.compress.history): a short
+    # A request with an earlier turn is its messages' forms (gateway.conversation.history): a short
     # message passes as it is; each long one is cut for what it asks, never to nothing.
     assert sent["messages"][1]["content"] == "Noted."
     assert len(sent["messages"][0]["content"]) < len(messages[0]["content"]) // 10

@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.compress import forms
 from gateway.compress import messages as shape
+from gateway.conversation import forms
 
 # Whole blocks a client adds to a user message around (or instead of) what the user wrote: their
 # opening tags (each block ends at its tag's first closing after it: ``without_boilerplate``).

@@ -25,10 +25,10 @@ from pydantic import ValidationError
 from redis_server import MISSING, RedisServer, available
 
 import mixpr
-from gateway.compress import shared_forms
-from gateway.compress.forms import FormCache
-from gateway.compress.shared_forms import RETRY_AFTER_S, FormStore, SharedForms, decoded, encoded
 from gateway.config import GeneralSettings
+from gateway.conversation import shared_forms
+from gateway.conversation.forms import FormCache
+from gateway.conversation.shared_forms import RETRY_AFTER_S, FormStore, SharedForms, decoded, encoded
 from gateway.metrics import Metrics
 
 TIMEOUT_S = 0.1
@@ -102,7 +102,7 @@ async def test_no_redis_costs_one_timeout_and_one_warning(caplog: pytest.LogCapt
     metrics = Metrics()
     shared = _shared(f"redis://127.0.0.1:{closed_port()}/0", metrics)
     names = _names(3)
-    with caplog.at_level(logging.WARNING, logger="gateway.compress.shared_forms"):
+    with caplog.at_level(logging.WARNING, logger="gateway.conversation.shared_forms"):
         results = [await shared.fetch(names) for _ in range(5)]
         shared.store({names[0]: b"1\nform"})  # resting: not even tried
         assert not shared._writes

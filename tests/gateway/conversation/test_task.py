@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.compress import task
+from gateway.conversation import task
 
 
 def test_the_query_is_the_users_words_without_a_clients_boilerplate() -> None:

@@ -8,12 +8,12 @@ from typing import Any
 
 from loop_lag import worst_lag
 
-from gateway.compress import forms, recut
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
-from gateway.compress.room import room
 from gateway.config import MixprSettings, Prefix
+from gateway.conversation import forms, recut
+from gateway.conversation.history import History, Request
+from gateway.conversation.room import room
 from gateway.run.workers import Workers
 from mixpr.tokens import count_tokens
 

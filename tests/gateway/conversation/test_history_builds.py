@@ -15,11 +15,11 @@ from loop_lag import worst_lag
 from redis_server import RedisServer
 
 import mixpr.engine
-from gateway.compress import checks, forms, shared_forms
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.compress.history import History, Request
 from gateway.compress.policy import Control, Target
 from gateway.config import GeneralSettings, MixprSettings, Prefix
+from gateway.conversation import checks, forms, shared_forms
+from gateway.conversation.history import History, Request
 from gateway.errors import ContextLengthExceeded
 from gateway.run.workers import Workers
 

@@ -4,7 +4,7 @@ A form is a pure function of its message, what it answers and the settings, and 
 content hash of all of them (``forms.key``: the settings that shape a form and the model are its
 salt). So replicas can share what they computed: a replica that never saw a conversation fetches its
 forms (and evidence blocks, and token counts) instead of recomputing them. This instance's memory
-(:class:`~gateway.compress.forms.FormCache`) stays in front; Redis is asked only for what it lacks,
+(:class:`~gateway.conversation.forms.FormCache`) stays in front; Redis is asked only for what it lacks,
 in one ``MGET`` per step of a build (a 300-step conversation is one round trip, not 300), and what
 was computed is written back in one pipeline of ``SET … EX``, without waiting for it.
 
@@ -43,11 +43,11 @@ from redis.backoff import NoBackoff
 from redis.exceptions import OutOfMemoryError, RedisError, ResponseError
 
 import mixpr
-from gateway.compress.failures import FAILED_TTL_S, Failures
-from gateway.compress.forms import FormCache
 from gateway.config import GeneralSettings
+from gateway.conversation.failures import FAILED_TTL_S, Failures
+from gateway.conversation.forms import FormCache
 
-log = logging.getLogger("gateway.compress.shared_forms")
+log = logging.getLogger("gateway.conversation.shared_forms")
 
 Form = tuple[str, int]  # a form's text and its tokens (a token count: "" and the count)
 FORMAT = 2  # of the stored values and names; a change here must not read older entries
@@ -59,9 +59,10 @@ CONNECTIONS = 16  # to Redis, per replica; a request waits for one at most the r
 
 # The code a form is a function of: MixPR, and the modules here that cut messages into pieces, ask
 # MixPR for their forms, cut them again in resets and gather evidence; and the libraries MixPR calls.
+# (``messages`` is one prompt's, in ``gateway/compress/``.)
 SHAPING_ROOTS = (Path(mixpr.__file__).parent,
-                 *(Path(__file__).parent / f"{name}.py" for name in ("forms", "recut", "evidence", "task",
-                                                                     "messages")))
+                 *(Path(__file__).parent / f"{name}.py" for name in ("forms", "recut", "evidence", "task")),
+                 Path(__file__).parents[1] / "compress" / "messages.py")
 SHAPING_LIBRARIES = ("numpy", "scipy", "scikit-learn", "tiktoken")
 MAC = hashlib.sha256
 MAC_BYTES = MAC().digest_size

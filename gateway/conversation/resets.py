@@ -5,7 +5,7 @@ client wrote it until the conversation first passes the trigger, when ``verbatim
 that; its first-sight form otherwise); where the sum first exceeds ``room`` (the window's room, or
 the trigger in cost mode) is a *reset point* ``i``: the older part (before the newest turn) is
 compressed again, as one text under one budget (``recut``: MixPR for the task and what the agent is
-doing at ``i``, ``gateway.compress.history``), so that the total comes to what ``share`` leaves
+doing at ``i``, ``gateway.conversation.history``), so that the total comes to what ``share`` leaves
 it, and the walk goes on. The decision at message ``i`` reads messages ``0..i`` only, and a reset's
 result is a pure function of them, so the scan over a request's first ``k`` messages finds the same
 points and levels as the scan of every later request of the conversation: a cold instance

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.compress import checks
+from gateway.conversation import checks
 
 BREAKPOINT = {"type": "ephemeral"}
 MAX_BREAKPOINTS = 4  # Anthropic's limit per request

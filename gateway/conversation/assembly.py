@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.compress import forms, resets
-from gateway.compress.plan import Plan
+from gateway.conversation import forms, resets
+from gateway.conversation.plan import Plan
 
 
 def assemble(plan: Plan, levels: list[resets.Level]) -> list[dict[str, Any]]:

@@ -26,9 +26,9 @@ from conftest import model
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from gateway.compress import evidence, forms
 from gateway.compress.compressor import Compressor
 from gateway.config import parse_config
+from gateway.conversation import evidence, forms
 from gateway.core.prepare import ChatCall, Preparer
 from gateway.errors import ContextLengthExceeded
 from gateway.metrics import Metrics

@@ -1,7 +1,7 @@
 """One multi-turn request as its build sees it: its pieces, their tokens and the forms found so far.
 
 A pure record with the sums the scan and the assembly read (``size``, ``text``) and what a reset may
-cut (``recuttable``, ``pool``, ``movable``). Built in the build thread (``gateway.compress.history``).
+cut (``recuttable``, ``pool``, ``movable``). Built in the build thread (``gateway.conversation.history``).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gateway.compress import forms, recut, resets
 from gateway.compress import messages as shape
 from gateway.compress.compressor import Router
 from gateway.compress.policy import Control, Target
 from gateway.config import MixprSettings
+from gateway.conversation import forms, recut, resets
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Plan:
     rest: list[int]  # each message's tokens besides its pieces (framing, names, calls, media)
     constant: int  # tools and the reply's priming
     salt: str
-    cap: int  # the most one first-sight form keeps (``gateway.compress.room``)
+    cap: int  # the most one first-sight form keeps (``gateway.conversation.room``)
     # (piece, level) -> its form
     forms: dict[tuple[int, resets.Level], tuple[str, int]] = field(default_factory=dict)
     evidence: dict[int, tuple[str, int]] = field(default_factory=dict)  # follow-up piece -> its block

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
-from gateway.compress.shared_forms import FormStore
+from gateway.conversation.shared_forms import FormStore
 from mixpr.tokens import count_tokens
 
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gateway.compress import checks, resets
-from gateway.compress.breakpoints import with_breakpoint
 from gateway.compress.compressor import Outcome
-from gateway.compress.plan import Plan, Request
-from gateway.compress.sent import Sent, chain, common, digest
+from gateway.conversation import checks, resets
+from gateway.conversation.breakpoints import with_breakpoint
+from gateway.conversation.plan import Plan, Request
+from gateway.conversation.sent import Sent, chain, common, digest
 from gateway.errors import ContextLengthExceeded
 
-log = logging.getLogger("gateway.compress.history")
+log = logging.getLogger("gateway.conversation.history")
 
 ORIGINAL = resets.ORIGINAL
 

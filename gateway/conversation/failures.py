@@ -4,7 +4,7 @@ A piece whose form job raised, ran past ``compression_timeout_s`` or crashed its
 text. Were that not remembered, every later request of the conversation would run the job again
 (another timeout, another killed worker) and, should it once succeed, send other bytes than before.
 So a failure is remembered by the form's name for ``FAILED_TTL_S``, here and, through
-``gateway.compress.shared_forms``, by every replica; after that the job is tried again (a timeout
+``gateway.conversation.shared_forms``, by every replica; after that the job is tried again (a timeout
 may have been a loaded machine's).
 """
 

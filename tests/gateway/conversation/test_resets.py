@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.compress import resets
+from gateway.conversation import resets
 
 
 def test_the_scan_is_causal() -> None:
@@ -69,7 +69,7 @@ def test_a_reset_that_does_not_pay_waits_and_the_window_still_forces_one() -> No
 
 
 def test_a_reset_pays_by_the_models_cache_prices() -> None:
-    from gateway.compress.room import Room
+    from gateway.conversation.room import Room
     from gateway.prices import Prices
 
     anthropic = Room(16_000, 8_000, 0.6, 8_000, 1_000_000, Prices(1.0, 0.1, 1.25, "default"), gated=True)

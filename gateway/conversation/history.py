@@ -3,8 +3,8 @@
 Providers bill a repeated prompt prefix at a tenth of the price, and Anthropic checks an assistant
 turn's thinking blocks against what came before them, so the bytes sent for a conversation's earlier
 messages must not change from one request to the next. Here each message's form is a pure function
-of that message, what it answers, the task and the config (``gateway.compress.forms``); resets are
-found by a causal scan (``gateway.compress.resets``). So what is sent is a pure function of the
+of that message, what it answers, the task and the config (``gateway.conversation.forms``); resets are
+found by a causal scan (``gateway.conversation.resets``). So what is sent is a pure function of the
 request: any instance, cold or warm, sends the same bytes, and a cold one only computes the forms
 it has not cached. A request with no earlier turn (a single question) is compressed as a whole, as
 before (``Compressor.prepare``).
@@ -12,14 +12,14 @@ before (``Compressor.prepare``).
 Here is the orchestration: plan (pieces and their tokens) → forms → scan → assemble → outcome. All
 per-message work (hashing, counting, the scan, rebuilding) runs in a thread (``gateway.run.offload``);
 MixPR runs in the worker pool, reached from that thread through the loop (``gateway.run.bridge``).
-What a reset may touch is ``gateway.compress.resets``; what this instance sent before, for the
-report, ``gateway.compress.sent``; the shape of messages, ``gateway.compress.messages``. Before
-anything is forwarded, ``gateway.compress.checks`` compares it with the client's request.
+What a reset may touch is ``gateway.conversation.resets``; what this instance sent before, for the
+report, ``gateway.conversation.sent``; the shape of messages, ``gateway.compress.messages``. Before
+anything is forwarded, ``gateway.conversation.checks`` compares it with the client's request.
 
-Around it: the request as the build sees it, ``gateway.compress.plan``; the room and its units,
-``gateway.compress.room``; counts remembered by content, ``gateway.compress.counts``; the messages
-with their forms, ``gateway.compress.assembly``; cache breakpoints, ``gateway.compress.breakpoints``;
-the outcome and its report, ``gateway.compress.report``.
+Around it: the request as the build sees it, ``gateway.conversation.plan``; the room and its units,
+``gateway.conversation.room``; counts remembered by content, ``gateway.conversation.counts``; the messages
+with their forms, ``gateway.conversation.assembly``; cache breakpoints, ``gateway.conversation.breakpoints``;
+the outcome and its report, ``gateway.conversation.report``.
 """
 
 from __future__ import annotations
@@ -32,22 +32,23 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from gateway.compress import checks, conversation, evidence, forms, policy, recut, report, resets, task
-from gateway.compress.assembly import assemble
-from gateway.compress.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
+from gateway.compress import conversation, policy
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.compress.counts import counts
-from gateway.compress.plan import Plan, Request, rest
-from gateway.compress.room import CAP_SHARE, room
-from gateway.compress.sent import REMEMBERED_BYTES, Sent, chain, digest
-from gateway.compress.shared_forms import FormStore, SharedForms
+from gateway.conversation import checks, evidence, forms, recut, report, resets, task
+from gateway.conversation.assembly import assemble
+from gateway.conversation.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
+from gateway.conversation.counts import counts
+from gateway.conversation.plan import Plan, Request, rest
+from gateway.conversation.room import CAP_SHARE, room
+from gateway.conversation.sent import REMEMBERED_BYTES, Sent, chain, digest
+from gateway.conversation.shared_forms import FormStore, SharedForms
 from gateway.errors import ContextLengthExceeded, Overloaded
 from gateway.run import offload
 from gateway.run.bridge import Bridge
 
 __all__ = ["BREAKPOINT", "CAP_SHARE", "MAX_BREAKPOINTS", "History", "Request"]
 
-log = logging.getLogger("gateway.compress.history")
+log = logging.getLogger("gateway.conversation.history")
 
 ORIGINAL = resets.ORIGINAL  # the level of no form at all: the client's own text
 
@@ -96,7 +97,7 @@ class History:
 
     async def today(self, request: Request) -> Outcome:
         """The whole request compressed for its last question, as if it had no earlier turns; checked
-        like forms (``gateway.compress.checks``): what fails them is not sent."""
+        like forms (``gateway.conversation.checks``): what fails them is not sent."""
         outcome = await self.compressor.prepare(
             request.messages, tools=request.tools, target=request.target, settings=request.settings,
             control=request.control, router=request.router)
@@ -142,7 +143,7 @@ class History:
     def _recut(self, plan: Plan, bridge: Bridge, i: int, end: int, budget: int,
                levels: Sequence[resets.Level], wide: bool, spare: int) -> dict[int, int]:
         """A reset at ``i``: the long pieces of ``[0, end)`` cut again together, for the task
-        (``gateway.compress.recut``); the new size of each message it cut."""
+        (``gateway.conversation.recut``); the new size of each message it cut."""
         numbers = plan.pool(end, wide, spare)
         if not numbers:
             return {}
@@ -218,7 +219,7 @@ class History:
                   jobs: list[tuple[Any, ...]]) -> dict[str, tuple[str, int]]:
         """What the pool computed for ``missing``, kept here and in Redis as each result arrives (so
         what is finished survives a later batch's failure); a job that failed is left out, and
-        remembered as failed (``gateway.compress.failures``) so later requests send the same bytes."""
+        remembered as failed (``gateway.conversation.failures``) so later requests send the same bytes."""
         names = list(missing)
         failed = self.store.failed(names)  # failed before: they keep their text, as then
         todo = [number for number, name in enumerate(names) if name not in failed]
@@ -233,7 +234,7 @@ class History:
     def _evidence(self, plan: Plan, bridge: Bridge, room: int) -> None:
         """Evidence blocks for follow-up questions: each user message after the first, from the
         earlier user messages (pasted documents) their first-sight forms cut
-        (``gateway.compress.evidence``). Tool results are not searched: an agent reads again what it
+        (``gateway.conversation.evidence``). Tool results are not searched: an agent reads again what it
         needs, and a framework's own user messages ("use the tool format") ask nothing of them."""
         settings, model = plan.request.settings.prefix, plan.request.target.model
         last = len(plan.request.messages) - 1

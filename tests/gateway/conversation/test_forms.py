@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gateway.compress import checks, forms
 from gateway.compress import messages as shape
+from gateway.conversation import checks, forms
 
 TASK = "Make the parser accept trailing commas."
 
@@ -118,7 +118,7 @@ def test_the_cache_counts_the_bytes_it_holds(chars: int) -> None:
 def test_a_reset_cuts_arguments_as_json_and_keeps_a_question_whole() -> None:
     """In a reset's cut, a call's long string values are cut as text and the JSON stays valid; a
     pasted document keeps its question; a result that keeps nothing is a placeholder."""
-    from gateway.compress import recut
+    from gateway.conversation import recut
 
     long = "\n".join(f"line {i}: value = compute_{i}(x)" for i in range(300))
     arguments = json.dumps({"path": "a.py", "file_text": long})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from gateway.compress import forms, recut, task
+from gateway.conversation import forms, recut, task
 
 PROSE = ("The river ran slow past the mill, and the miller's daughter counted the sacks twice before "
          "the carts came down from the hill road in the evening light. ")

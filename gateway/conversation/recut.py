@@ -3,7 +3,7 @@
 Every long piece of the older part (tool outputs, the agent's long words, a pasted document over
 what fits) is one part of a single MixPR run (``mixpr.engine.compress(..., parts=)``): each cut by its
 content kind, all ranked in one graph by personalised PageRank from the query (the task in the
-user's words and what the agent is doing now, ``gateway.compress.task``), the best blocks kept
+user's words and what the agent is doing now, ``gateway.conversation.task``), the best blocks kept
 across the span. So an output the task names keeps its lines, and outputs nobody needs give it their
 room; a piece that keeps nothing becomes a one-line placeholder. The result is a pure function of
 the pieces, the query and the budget: it is remembered by content hash like any form.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mixpr.engine
-from gateway.compress import forms, task
+from gateway.conversation import forms, task
 from mixpr.tokens import count_tokens
 
 PLACEHOLDER_TOKENS = 28  # what a placeholder costs: set aside from the budget for each piece

@@ -1,11 +1,11 @@
-"""What this instance sent before (``gateway.compress.sent``): digests that never stall the loop."""
+"""What this instance sent before (``gateway.conversation.sent``): digests that never stall the loop."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from gateway.compress import sent
+from gateway.conversation import sent
 
 LONG = "\t\"quoted\" é \U0001f600 \ud800 \\ line\n" * 10_000  # escapes, astral and lone surrogates
 

@@ -5,11 +5,11 @@ is first seen, for what it answers: a tool result for the call that produced it 
 assistant text that made the call) and the task (the conversation's first user message); a user
 message for its own question (its last paragraph). Nothing of later turns enters, so every instance,
 cold or warm, computes the same bytes for it, and a request's compressed form is the concatenation of
-its messages' forms (``gateway.compress.history``).
+its messages' forms (``gateway.conversation.history``).
 
 This is the *first-sight* form (the message itself when it is short, an error, or not text). A
-deliberate reset (``gateway.compress.resets``) later cuts the older messages again, together and for
-the task (``gateway.compress.recut``): the agent's own long words and the long string values of its
+deliberate reset (``gateway.conversation.resets``) later cuts the older messages again, together and for
+the task (``gateway.conversation.recut``): the agent's own long words and the long string values of its
 old tool-call arguments too (the JSON staying valid), a piece that keeps nothing becoming a one-line
 placeholder.
 
@@ -148,7 +148,7 @@ def budget(piece: Piece, tokens: int, settings: Prefix, cap: int) -> int | None:
     """Tokens ``piece`` (of ``tokens``) keeps at first sight; None: sent as it is. ``cap``: the most a
     first-sight form may keep (a share of the room: a small window). A user message (a task,
     instructions, a pasted document) is cut at first sight only over ``cap``: what the user wrote is
-    read whole while it fits. Later cuts are a reset's (``gateway.compress.recut``)."""
+    read whole while it fits. Later cuts are a reset's (``gateway.conversation.recut``)."""
     if piece.call is not None:  # tool-call arguments: their long strings keep a fixed share
         kept = settings.argument_tokens
         return kept if piece.first_sight and kept and tokens > 2 * kept else None

@@ -23,9 +23,9 @@ from corpus import SENTENCES
 from fake_upstream import CACHED_TOKENS, REPLY_TEXT, FakeUpstream
 from processes import GatewayProcess
 
-from gateway.compress import checks
 from gateway.compress import messages as shape
-from gateway.compress.evidence import CLOSE, OPEN
+from gateway.conversation import checks
+from gateway.conversation.evidence import CLOSE, OPEN
 
 KEY = "sk-forms-test"
 FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100, "first_sight": "always"}
