@@ -65,7 +65,7 @@ async def compress(request: Request) -> JSONResponse:
 
 
 def answer(outcome: Outcome) -> dict[str, Any]:
-    """The rows with their compressed text (``gateway.compress.checks`` held them to the rows sent:
+    """The rows with their compressed text (``gateway.conversation.checks`` held them to the rows sent:
     as many, the same roles, calls and parts; else they went as sent), and what was saved."""
     before, after = outcome.original_tokens, outcome.final_tokens
     return {"messages": outcome.messages, "tokens_before": before, "tokens_after": after,
