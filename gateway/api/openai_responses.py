@@ -49,6 +49,7 @@ STATEFUL = {
                     "none: send the whole conversation in 'input' instead.",
     "background": "'background' responses need server-side storage, which this gateway does not have.",
 }
+COMPACTION_ITEMS = ("compaction", "compaction_trigger")
 # Chat parameters of LiteLLM's translation that are its own, not the upstream's.
 NOT_FORWARDED = ("model", "messages", "stream", "custom_llm_provider", "extra_headers")
 
@@ -81,6 +82,7 @@ def parse_request(body: Any, headers: Any) -> ChatCall:
         raise BadRequest("You must provide a model parameter.", param="model")
     _refuse_state(body)
     _validate(body)
+    _refuse_compaction(body["input"])
     if isinstance(body["input"], list):
         refuse_urls(body["input"], RESPONSES)
     control = parse_control(body.get("mixpr"), headers)
@@ -108,6 +110,20 @@ def _refuse_state(body: dict[str, Any]) -> None:
     if body.get("store") is True:
         raise BadRequest("'store: true' asks the server to keep the response for later retrieval, and "
                          "this gateway keeps none: send 'store: false' or leave it out.", param="store")
+
+
+def _refuse_compaction(items: Any) -> None:
+    """A provider's compaction items (``compaction``: its encrypted summary; ``compaction_trigger``:
+    compact now) only the provider that made them can read: a chat upstream would get the
+    conversation without them, silently. Refused instead (``/v1/responses/compact`` relays compaction
+    to an upstream that has it)."""
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if item.get("type") in COMPACTION_ITEMS:
+            raise BadRequest(f"input[{i}] is a '{item['type']}' item: provider-side compaction, which only "
+                             "OpenAI's own Responses API reads, and this gateway serves /v1/responses over "
+                             "chat completions. Compact on the client's side (or through "
+                             "/v1/responses/compact for an OpenAI model) and send the summary as a message.",
+                             param=f"input[{i}]", code="unsupported_compaction")
 
 
 def _validate(body: dict[str, Any]) -> None:

@@ -307,9 +307,10 @@ class History:
 
 
 def _multi_turn(request: Request) -> bool:
-    """A request with an earlier turn (an assistant message), forms on and compression allowed."""
+    """A request with an earlier turn (an assistant message, or a caller that says its messages are a
+    conversation's: ``Request.conversation``), forms on and compression allowed."""
     return (request.settings.prefix.enabled and request.control.enabled is not False
-            and any(m.get("role") == "assistant" for m in request.messages))
+            and (request.conversation or any(m.get("role") == "assistant" for m in request.messages)))
 
 
 def _verbatim_first(request: Request) -> bool:

@@ -28,6 +28,7 @@ class Request:
     control: Control
     router: Router | None
     more_evidence: float = 1.0  # Self-Route's retry: this many times the evidence, on the last message only
+    conversation: bool = False  # per-message forms even without an assistant row (``/v1/compress``)
 
 
 @dataclass

@@ -28,6 +28,10 @@ class ChatCall:
     # False when whoever forwards the call cannot send a lowered max_tokens (the generic guardrail
     # API answers with texts only): the reply then keeps what the client asked (``gateway.core.reply``).
     lowers_reply: bool = True
+    # The messages are a conversation's earlier turns as another gateway hands them over, without its
+    # newest turn and often without the assistant rows (``/v1/compress``): compressed message by
+    # message, as a multi-turn conversation is, so that the next request's answer only appends.
+    conversation: bool = False
 
 
 def lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:

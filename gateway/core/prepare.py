@@ -149,7 +149,7 @@ class Preparer:
                         prices=self.prices[name])
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
-                          self.routers.get(settings.router_model or name), more)
+                          self.routers.get(settings.router_model or name), more, call.conversation)
         assert history is not None  # set in __post_init__
         outcome = await _decide(history, request, name, prefix)
         counter = self.counters.get(name)

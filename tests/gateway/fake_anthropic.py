@@ -24,6 +24,21 @@ FINAL_TEXT = "All files read."
 SHORT_TEXT = "Noted."
 READ_ID = "toolu_read_"
 CODE = re.compile(r"CODE-\d+-[a-z]+")
+# Server-side compaction (``context_management`` with a compact edit), as Anthropic answers it: the
+# summary as a ``compaction`` block first, and what each sampling iteration billed in
+# ``usage.iterations`` (the top-level figures are the last iteration's alone).
+COMPACTION_BLOCK = {"type": "compaction", "content": "Summary: the user asked for the lighthouse code; "
+                    "files f0 to f3 were read.", "signature": "sig-compaction-1"}
+COMPACTED_USAGE = {
+    "input_tokens": 2300, "output_tokens": 100, "cache_read_input_tokens": 1000,
+    "cache_creation_input_tokens": 0,
+    "iterations": [
+        {"type": "compaction", "input_tokens": 18000, "output_tokens": 350, "cache_read_input_tokens": 16000,
+         "cache_creation_input_tokens": 500},
+        {"type": "message", "input_tokens": 2300, "output_tokens": 100, "cache_read_input_tokens": 1000,
+         "cache_creation_input_tokens": 0},
+    ],
+}
 
 
 @dataclass
@@ -63,6 +78,8 @@ class FakeAnthropic:
                     return self._json(int(model[7:]), error, {"retry-after": "7"})
                 blocks, stop = fake.answer(body)
                 message = _message(body.get("model", "fake"), blocks, stop, len(raw) // 4)
+                if model.startswith("compacting"):  # compacted first (context_management), then answered
+                    message = {**message, "content": [COMPACTION_BLOCK, *blocks], "usage": COMPACTED_USAGE}
                 if body.get("stream"):
                     return self._stream(message)
                 return self._json(200, message)

@@ -226,6 +226,9 @@ class FakeUpstream:
         if request.path.endswith("/embeddings"):
             _write_json(writer, 200, _embeddings(mode, body))
             return True
+        if request.path.endswith("/responses/compact"):
+            _write_json(writer, 200, COMPACTED)
+            return True
         if request.path.endswith("/completions") and not request.path.endswith("/chat/completions"):
             return await _write_text_completion(writer, mode, bool(body.get("stream")))
         if mode == "mode-tool" and body.get("tools"):
@@ -266,6 +269,19 @@ async def _read_request(reader: asyncio.StreamReader) -> Recorded | None:
             headers[name.strip().lower()] = value.strip()
     body = await reader.readexactly(int(headers.get("content-length", "0")))
     return Recorded(method=method, path=path, headers=headers, raw_body=body)
+
+
+# OpenAI's answer to POST /v1/responses/compact, as its API reference shows it.
+COMPACTED = {
+    "id": "resp_001", "object": "response.compaction", "created_at": 1764967971,
+    "output": [
+        {"id": "msg_000", "type": "message", "status": "completed", "role": "user",
+         "content": [{"type": "input_text", "text": "Create a simple landing page for a dog petting cafe."}]},
+        {"id": "cmp_001", "type": "compaction", "encrypted_content": "gAAAAABpM0Yj-...="},
+    ],
+    "usage": {"input_tokens": 139, "input_tokens_details": {"cached_tokens": 128}, "output_tokens": 438,
+              "output_tokens_details": {"reasoning_tokens": 64}, "total_tokens": 577},
+}
 
 
 LLAMA_VALIDATION_500 = {

@@ -11,9 +11,7 @@ receive, so a test sees exactly what the proxy sent the model: ``fake_upstream``
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-import httpx
 import openai
 import pytest
 import yaml
 from conftest import MASTER_KEY, closed_port
 from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import FakeUpstream
+from proxy_processes import start, stop, wait_alive
 from scripted_upstream import ScriptedUpstream
 
 from mixpr.tokens import count_tokens
@@ -39,7 +37,6 @@ GUARDRAIL = "gateway.plugins.litellm_guardrail.MixPRGuardrail"
 OLD_GUARDRAIL = "gateway.litellm_guardrail.MixPRGuardrail"  # deprecated, kept for one release
 PROXY_LOGS: dict[str, Path] = {}  # proxy url -> its output
 BUDGET = 800
-STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
 LONG_PROMPT = haystack(600) + "\n\n" + QUESTION  # ~11k tokens, far over the 3,000-token window
 GUARDRAILS = ("mixpr", "mixpr-api")  # the class in the proxy; the generic API calling the gateway
 CLAUDE = "anthropic/claude-3-5-haiku-20241022"
@@ -111,36 +108,6 @@ def gateway_config(upstream_base: str) -> dict[str, Any]:
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
 
 
-def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'gateway'}",
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
-    env.pop("DATABASE_URL", None)
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-
-
-def _wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: float) -> float:
-    """Seconds from ``started`` until ``url`` answers its liveliness check."""
-    while time.monotonic() - started < STARTUP_TIMEOUT_S:
-        if process.poll() is not None:
-            raise RuntimeError(f"{url} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(url + "/health/liveliness", timeout=2).status_code == 200:
-                return time.monotonic() - started
-        except httpx.TransportError:
-            pass
-        time.sleep(0.25)
-    raise RuntimeError(f"{url} did not start within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @pytest.fixture(scope="module")
 def scripted() -> Iterator[ScriptedUpstream]:
     server = ScriptedUpstream().start()
@@ -159,20 +126,20 @@ def proxy_url(upstream: FakeUpstream, scripted: ScriptedUpstream,
     (folder / "proxy.yaml").write_text(yaml.safe_dump(config))
     # Both start at once: the proxy only calls the gateway when a request arrives.
     started = time.monotonic()
-    gateway = _start([sys.executable, "-m", "gateway", "--config", str(folder / "gateway.yaml"),
+    gateway = start([sys.executable, "-m", "gateway", "--config", str(folder / "gateway.yaml"),
                       "--host", "127.0.0.1", "--port", str(gateway_port)], folder / "gateway.log")
-    proxy = _start([str(Path(sys.executable).parent / "litellm"), "--config", str(folder / "proxy.yaml"),
+    proxy = start([str(Path(sys.executable).parent / "litellm"), "--config", str(folder / "proxy.yaml"),
                     "--host", "127.0.0.1", "--port", str(proxy_port)], folder / "proxy.log")
     try:
-        ready = _wait_alive(gateway_url, gateway, folder / "gateway.log", started)
-        seconds = _wait_alive(proxy_url, proxy, folder / "proxy.log", started)
+        ready = wait_alive(gateway_url, gateway, folder / "gateway.log", started)
+        seconds = wait_alive(proxy_url, proxy, folder / "proxy.log", started)
         # Shown with -s: the slowest step of the suite.
         print(f"\ngateway answered after {ready:.1f} s, LiteLLM proxy after {seconds:.1f} s")
         PROXY_LOGS[proxy_url] = folder / "proxy.log"
         yield proxy_url
     finally:
-        _stop(proxy)
-        _stop(gateway)
+        stop(proxy)
+        stop(gateway)
 
 
 @pytest.fixture

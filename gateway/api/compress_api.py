@@ -1,0 +1,74 @@
+"""``POST /v1/compress``: the gateway as another gateway's compression service.
+
+The contract of LiteLLM's ``guardrail: headroom`` (1.108 and later; ``api_base`` at this gateway):
+``{"messages": [...], "model": "..."}`` in (OpenAI chat rows), ``{"messages": [...]}`` out, as many
+messages in the same roles and order, only their text compressed. LiteLLM puts the rows back by
+position among those it held back, so a reshaped list would be refused. Any other caller may post the
+same.
+
+What LiteLLM sends is not a whole request: it holds back the system rows, the last user message,
+every assistant row and the newest exchange's tool results, and sends the rest, older user messages
+and tool results without their calls. So the rows are compressed as the earlier turns of a
+conversation are on the proxy path (``ChatCall.conversation``: per-message forms, resets, the same
+trigger and budget), never as one question: a row keeps the bytes it was first given, and the next
+request's answer only appends.
+
+The answer also says what was saved (``tokens_before``, ``tokens_after``, ``tokens_saved``,
+``compression_ratio``: after over before), as LiteLLM logs and bills it, and carries the gateway's
+``x-mixpr-*`` headers. No ``ccr_hashes``: nothing cut can be fetched again, so LiteLLM adds no
+retrieval tool. Compression that fails on the server lets the rows through unchanged (a 200, with
+``x-mixpr-error``): LiteLLM's default ``fail_closed`` would otherwise fail the user's request. Bad input,
+a wrong key or a model the gateway does not know are the caller's errors (4xx).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse
+
+from gateway.api.common import authorized_body, parse_control
+from gateway.api.openai_chat import validate_messages
+from gateway.compress.compressor import Outcome
+from gateway.core.chat import ChatCall, report_headers
+from gateway.core.guardrail import failed_headers, fails_open, reply_params
+from gateway.errors import BadRequest, GatewayError
+from gateway.run import offload
+
+router = APIRouter()
+PATH = "/v1/compress"
+TRANSFORM = "mixpr"
+
+
+@router.post(PATH)
+async def compress(request: Request) -> JSONResponse:
+    gateway, body = await authorized_body(request)
+    if not isinstance(body, dict):
+        raise BadRequest("The request body must be a JSON object.")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise BadRequest("'model' must name a model in the gateway's model_list.", param="model")
+    messages = await offload.inline_or_run(offload.many(body.get("messages")), validate_messages,
+                                           body.get("messages"))
+    control = parse_control(body.get("mixpr"), request.headers)
+    # The caller forwards the rows only: the reply keeps the size it asked for.
+    call = ChatCall(model, messages, reply_params(body, body.get("tools")), control, lowers_reply=False,
+                    conversation=True)
+    try:
+        outcome = await gateway.chat.prepare(call)
+    except GatewayError as exc:
+        if not fails_open(exc):
+            raise
+        return JSONResponse({"messages": messages}, headers=failed_headers(exc))
+    return JSONResponse(answer(outcome), headers=report_headers(outcome))
+
+
+def answer(outcome: Outcome) -> dict[str, Any]:
+    """The rows with their compressed text (``gateway.conversation.checks`` held them to the rows sent:
+    as many, the same roles, calls and parts; else they went as sent), and what was saved."""
+    before, after = outcome.original_tokens, outcome.final_tokens
+    return {"messages": outcome.messages, "tokens_before": before, "tokens_after": after,
+            "tokens_saved": before - after,
+            "compression_ratio": round(after / before, 4) if before else 1.0,
+            "transforms_applied": [TRANSFORM] if outcome.action == "compressed" else []}

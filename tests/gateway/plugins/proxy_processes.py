@@ -1,0 +1,43 @@
+"""The gateway and a LiteLLM proxy as child processes, for the tests through a real proxy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[3]
+STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
+
+
+def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'gateway'}",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
+    env.pop("DATABASE_URL", None)
+    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: float) -> float:
+    """Seconds from ``started`` until ``url`` answers its liveliness check."""
+    while time.monotonic() - started < STARTUP_TIMEOUT_S:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/health/liveliness", timeout=2).status_code == 200:
+                return time.monotonic() - started
+        except httpx.TransportError:
+            pass
+        time.sleep(0.25)
+    raise RuntimeError(f"{url} did not start within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
