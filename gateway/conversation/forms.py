@@ -32,6 +32,7 @@ from typing import Any
 import mixpr.engine
 from gateway.compress import messages as shape
 from gateway.config import Prefix
+from gateway.conversation import json_values
 from mixpr.tokens import count_tokens
 
 VERBATIM_ROLES = frozenset({"system", "developer"})
@@ -325,13 +326,7 @@ def _arguments(arguments: str, asked: int, query: str, model: str | None) -> str
 
 
 def _strings(value: Any, shrink: Any) -> Any:
-    if isinstance(value, str):
-        return shrink(value) if len(value) > ARGUMENT_MIN_CHARS else value
-    if isinstance(value, dict):
-        return {k: _strings(v, shrink) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strings(v, shrink) for v in value]
-    return value
+    return json_values.long_replaced(value, ARGUMENT_MIN_CHARS, shrink)
 
 
 # -- the cache -------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import mixpr.engine
-from gateway.conversation import forms, task
+from gateway.conversation import forms, json_values, task
 from mixpr.tokens import count_tokens
 
 PLACEHOLDER_TOKENS = 28  # what a placeholder costs: set aside from the budget for each piece
@@ -100,13 +100,7 @@ def _parts(piece: forms.Piece) -> _Parts:
 
 
 def _long_strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value] if len(value) > forms.ARGUMENT_MIN_CHARS else []
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _long_strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _long_strings(v)]
-    return []
+    return json_values.long_strings(value, forms.ARGUMENT_MIN_CHARS)
 
 
 def _kept(piece: forms.Piece, parts: _Parts, kept: list[str], model: str | None) -> tuple[str, int]:
@@ -132,13 +126,7 @@ def _with_question(piece: forms.Piece, parts: _Parts, model: str | None) -> tupl
 
 def _replaced(value: Any, shrink: Any) -> Any:
     """``value`` with its long strings replaced, in the order ``_long_strings`` lists them."""
-    if isinstance(value, str):
-        return shrink(value) if len(value) > forms.ARGUMENT_MIN_CHARS else value
-    if isinstance(value, dict):
-        return {k: _replaced(v, shrink) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replaced(v, shrink) for v in value]
-    return value
+    return json_values.long_replaced(value, forms.ARGUMENT_MIN_CHARS, shrink)
 
 
 def _omitted(value: str) -> str:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.compress import messages as shape
-from gateway.conversation import forms
+from gateway.conversation import forms, json_values
 
 # Whole blocks a client adds to a user message around (or instead of) what the user wrote: their
 # opening tags (each block ends at its tag's first closing after it: ``without_boilerplate``).
@@ -112,9 +112,5 @@ def _arguments(arguments: Any) -> str:
 
 
 def _strings(value: Any) -> list[str]:
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return [str(value)] if value is not None else []
+    return [str(leaf) for leaf in json_values.leaves(value) if leaf is not None]
 
