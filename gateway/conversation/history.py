@@ -138,15 +138,14 @@ class History:
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
                              lambda: self._first_sight(plan, bridge, space.at),
                              _verbatim_first(request))
-        scanned = resets.scan(
-            sizes, plan.constant, room=space.at, share=space.share,
-            older_end=reach.older_end, last_end=reach.last_end,
+        rules = resets.Rules(
+            room=space.at, share=space.share, older_end=reach.older_end, last_end=reach.last_end,
             movable=lambda i, end, levels, wide: plan.movable(end, levels, wide, reach.user(i)),
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
                                                                    wide, reach.user(i)),
-            snapshot_at=previous, limit=space.limit,
-            worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
+            limit=space.limit, worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
             gated=space.gated)
+        scanned = resets.scan(sizes, plan.constant, rules, snapshot_at=previous)
         sent = assemble(plan, scanned.levels)
         return report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0])
 

@@ -68,20 +68,36 @@ class Sizes:
     verbatim_first: bool  # messages go as written until the conversation first passes the trigger
 
 
-def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
-         older_end: Callable[[int], int], last_end: Callable[[int], int], movable: Movable,
-         recut: Recut, snapshot_at: int = -1, limit: int | None = None, worth: Worth | None = None,
-         gated: bool = False) -> Scan:
-    """Levels for every message, within ``limit`` (default ``room``) if resets can make it fit.
-    Past ``room``, a reset at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it
-    (``fixed``: the tokens it cannot cut); ``gated``, only when its ``worth`` is positive (always
-    while over ``limit``); each reset's worth is kept in ``Scan.expected``. When that is
-    not enough to fit ``limit``, ``[0, last_end(i))`` (the newest turn too) only as far as it needs,
-    and when even that is not enough, short texts too (a window that small, or a long chat of short
-    lines, leaves no choice), to the same share and at most the limit."""
-    limit = room if limit is None else limit
-    result = Scan(total=constant)
-    current: list[int] = []
+@dataclass(frozen=True)
+class Rules:
+    """What a scan asks as it walks one request's messages: ``room``, over which a reset happens, and
+    ``share`` of it a reset leaves the text it may cut (given the ``fixed`` tokens it cannot);
+    ``older_end`` and ``last_end``, what a reset at ``i`` may cut (``Reach``); ``movable`` and
+    ``recut``, the tokens it may cut and the cut itself; ``limit`` (default ``room``), what must fit
+    whatever it costs; ``worth`` and ``gated``, whether a reset past ``room`` pays (cost mode)."""
+
+    room: int
+    share: Callable[[int], int]
+    older_end: Callable[[int], int]
+    last_end: Callable[[int], int]
+    movable: Movable
+    recut: Recut
+    limit: int | None = None
+    worth: Worth | None = None
+    gated: bool = False
+
+
+def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Scan:
+    """Levels for every message, within ``rules.limit`` (default ``rules.room``) if resets can make it
+    fit. Past the room, a reset at ``i`` cuts ``[0, older_end(i))`` to what ``share(fixed)`` gives it;
+    ``gated``, only when its ``worth`` is positive (always while over the limit); each reset's worth is
+    kept in ``Scan.expected``. When that is not enough to fit the limit, ``[0, last_end(i))`` (the
+    newest turn too) only as far as it needs, and when even that is not enough, short texts too (a
+    window that small, or a long chat of short lines, leaves no choice), to the same share and at
+    most the limit. ``snapshot_at``: the message after which ``Scan.snapshot`` is taken."""
+    limit = rules.room if rules.limit is None else rules.limit
+    walk = _Walk(Scan(total=constant), [], rules)
+    result, current = walk.result, walk.current
     formed: list[int] = []  # first-sight sizes of every message, once needed
     switched = not sizes.verbatim_first
     weighed = 0  # the total at which a reset last did not pay
@@ -94,19 +110,20 @@ def scan(sizes: Sizes, constant: int, *, room: int, share: Callable[[int], int],
         result.levels.append(level)
         current.append(size)
         result.total += size
-        if result.total > room:
+        if result.total > rules.room:
             if not switched:
                 switched, formed = True, list(sizes.first_sight())
                 _switch(result, current, formed, i)
-            forced = not gated or result.total > limit
+            forced = not rules.gated or result.total > limit
             if forced or result.total > weighed * RECONSIDER:
-                if not _reset(result, current, i, older_end(i), share, movable, recut, widen=room,
-                              worth=None if worth is None else functools.partial(worth, i), gated=not forced):
+                worth = None if rules.worth is None else functools.partial(rules.worth, i)
+                if not walk.reset(i, rules.older_end(i), rules.share, widen=rules.room, worth=worth,
+                                  gated=not forced):
                     weighed = result.total
         if result.total > limit:  # the newest turn too, cut only as far as the limit needs
-            _reset(result, current, i, last_end(i), lambda fixed: limit - fixed, movable, recut, limit)
+            walk.reset(i, rules.last_end(i), lambda fixed: limit - fixed, room=limit)
         if result.total > limit:  # still over (a long chat of short lines): short texts too
-            _reset(result, current, i, last_end(i), share, movable, recut, limit, wide=True)
+            walk.reset(i, rules.last_end(i), rules.share, room=limit, wide=True)
         if i == snapshot_at:
             result.snapshot = list(result.levels)
     return result
@@ -129,43 +146,59 @@ def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None
                 result.points.append(i)
 
 
-def _reset(result: Scan, current: list[int], i: int, end: int, share: Callable[[int], int],
-           movable: Movable, recut: Recut, room: int | None = None, *, wide: bool = False,
-           widen: int | None = None, worth: Callable[[int, int], float] | None = None,
-           gated: bool = False) -> bool:
-    """Cut ``[0, end)`` again, once, within what ``share`` leaves it; not a reset when that saves
-    nothing, or, ``gated``, when its ``worth`` (given the total before and about after) is not
-    positive. With ``room``: the cut must fit it, so a cut that comes out larger than asked (its
-    markers and placeholders are counted after the fact) is asked again for less. With ``widen`` (the
-    room): short texts too when the long ones alone are cramped (``HEADROOM``). Whether it reset."""
-    if end <= 0:
-        return False
-    pool = movable(i, end, result.levels, wide)
-    if widen is not None and not wide and _cramped(result.total - pool, share, widen):
-        wide, pool = True, movable(i, end, result.levels, True)  # short texts too (``HEADROOM``)
-    budget = max(0, share(result.total - pool))
-    if pool <= budget:
-        return False
-    expected = worth(result.total, result.total - pool + budget) if worth is not None else None
-    if gated and expected is not None and expected <= 0:
-        return False
-    for _ in range(FIT_TRIES if room is not None else 1):
-        sizes = recut(i, end, budget, result.levels, wide)
-        saved = sum(current[j] - size for j, size in sizes.items())
-        over = result.total - saved - (room if room is not None else result.total)
-        if over <= 0 or budget == 0:
-            break
-        budget = max(0, budget - over - over // 8)
-    if saved <= 0:
-        return False  # nothing to gain: not a reset (it would change bytes for nothing)
-    for j, size in sizes.items():
-        result.levels[j], current[j] = (i, end), size
-    result.total -= saved
-    if not result.points or result.points[-1] != i:
-        result.points.append(i)
-    if expected is not None:
-        result.expected[i] = result.expected.get(i, 0.0) + expected
-    return True
+@dataclass
+class _Walk:
+    """A scan in progress: its result so far, each message's current tokens, and its rules."""
+
+    result: Scan
+    current: list[int]
+    rules: Rules
+
+    def reset(self, i: int, end: int, share: Callable[[int], int], room: int | None = None, *,
+              wide: bool = False, widen: int | None = None, worth: Callable[[int, int], float] | None = None,
+              gated: bool = False) -> bool:
+        """Cut ``[0, end)`` again, once, within what ``share`` leaves it; not a reset when that saves
+        nothing, or, ``gated``, when its ``worth`` (given the total before and about after) is not
+        positive. With ``room``: the cut must fit it, so a cut that comes out larger than asked (its
+        markers and placeholders are counted after the fact) is asked again for less. With ``widen``
+        (the room): short texts too when the long ones alone are cramped (``HEADROOM``). Whether it
+        reset."""
+        result, current, movable = self.result, self.current, self.rules.movable
+        if end <= 0:
+            return False
+        pool = movable(i, end, result.levels, wide)
+        if widen is not None and not wide and _cramped(result.total - pool, share, widen):
+            wide, pool = True, movable(i, end, result.levels, True)  # short texts too (``HEADROOM``)
+        budget = max(0, share(result.total - pool))
+        if pool <= budget:
+            return False
+        expected = worth(result.total, result.total - pool + budget) if worth is not None else None
+        if gated and expected is not None and expected <= 0:
+            return False
+        sizes, saved = self._cut(i, end, budget, room, wide)
+        if saved <= 0:
+            return False  # nothing to gain: not a reset (it would change bytes for nothing)
+        for j, size in sizes.items():
+            result.levels[j], current[j] = (i, end), size
+        result.total -= saved
+        if not result.points or result.points[-1] != i:
+            result.points.append(i)
+        if expected is not None:
+            result.expected[i] = result.expected.get(i, 0.0) + expected
+        return True
+
+    def _cut(self, i: int, end: int, budget: int, room: int | None, wide: bool) -> tuple[dict[int, int], int]:
+        """The recut within ``budget`` (asked again for less, at most ``FIT_TRIES`` times in all, while
+        it does not fit ``room``): each cut message's new size, and the tokens saved."""
+        result, current = self.result, self.current
+        for _ in range(FIT_TRIES if room is not None else 1):
+            sizes = self.rules.recut(i, end, budget, result.levels, wide)
+            saved = sum(current[j] - size for j, size in sizes.items())
+            over = result.total - saved - (room if room is not None else result.total)
+            if over <= 0 or budget == 0:
+                break
+            budget = max(0, budget - over - over // 8)
+        return sizes, saved
 
 
 # -- what a reset may touch --------------------------------------------------------------------

@@ -21,17 +21,11 @@ def test_the_scan_is_causal() -> None:
         return {j: budget // len(movable) for j in movable}
 
     def run(k: int, verbatim: bool, snapshot_at: int = -1) -> resets.Scan:
-        return resets.scan(
-            resets.Sizes(sizes[:k], lambda: [s // 2 for s in sizes[:k]], verbatim),
-            10,
-            room=2000,
-            share=lambda fixed: (2000 - fixed) // 2,
-            older_end=lambda i: max(0, i - 1),
-            last_end=lambda i: i,
-            movable=movable,
-            recut=recut,
-            snapshot_at=snapshot_at,
-        )
+        rules = resets.Rules(room=2000, share=lambda fixed: (2000 - fixed) // 2,
+                             older_end=lambda i: max(0, i - 1), last_end=lambda i: i, movable=movable,
+                             recut=recut)
+        return resets.scan(resets.Sizes(sizes[:k], lambda: [s // 2 for s in sizes[:k]], verbatim), 10,
+                           rules, snapshot_at=snapshot_at)
 
     cut: dict[Any, int] = {}  # each reset's size per message
     for verbatim in (True, False):
@@ -50,13 +44,12 @@ def test_a_reset_that_does_not_pay_waits_and_the_window_still_forces_one() -> No
         return {j: budget // max(1, end - 1) for j in range(1, end)}
 
     def run(pays: Any, limit: int) -> resets.Scan:
-        return resets.scan(
-            resets.Sizes(sizes, lambda: sizes, False), 0, room=2000,
-            share=lambda fixed: 1000 - fixed, older_end=lambda i: i, last_end=lambda i: i,
+        return resets.scan(resets.Sizes(sizes, lambda: sizes, False), 0, resets.Rules(
+            room=2000, share=lambda fixed: 1000 - fixed, older_end=lambda i: i, last_end=lambda i: i,
             movable=lambda i, end, levels, wide: sum(sizes[1:end]) if all(
                 level == resets.FIRST_SIGHT for level in levels[1:end]) else 900,
             recut=recut, limit=limit, worth=lambda i, before, after: 1.0 if pays(i, before, after) else -1.0,
-            gated=True)
+            gated=True))
 
     asked: list[int] = []
     never = run(lambda i, before, after: asked.append(i) is not None, limit=100_000)
@@ -105,9 +98,9 @@ def _long_session(steps: int) -> resets.Scan:
         now.update({j: min(now.get(j, sizes[j]), budget // len(cut)) for j in cut})
         return {j: now[j] for j in cut}
 
-    return resets.scan(resets.Sizes(sizes, lambda: sizes, False), 0, room=4000,
-                       share=lambda fixed: int(0.6 * (4000 - fixed)), older_end=lambda i: i - 1,
-                       last_end=lambda i: i, movable=movable, recut=recut)
+    return resets.scan(resets.Sizes(sizes, lambda: sizes, False), 0, resets.Rules(
+        room=4000, share=lambda fixed: int(0.6 * (4000 - fixed)), older_end=lambda i: i - 1,
+        last_end=lambda i: i, movable=movable, recut=recut))
 
 
 def test_a_long_session_does_not_reset_at_every_step() -> None:
