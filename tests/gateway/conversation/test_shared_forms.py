@@ -254,7 +254,7 @@ def test_redis_killed_mid_conversation_changes_nothing_the_client_sees(replicas,
     redis, gateways = replicas
     loop = chat_loop(6, task="Killed Redis. " + TASK)
     # The replicas are the module's: an earlier test (a stopped Redis, in random order) may have
-    # logged its own outage. Only what this outage logs counts.
+    # logged its own outage, and a replica that still counts Redis as down logs nothing new.
     earlier = [len(gateway.logged()) for gateway in gateways]
     sent: list[list[Any]] = []
     for step, messages in enumerate(loop):
@@ -268,8 +268,9 @@ def test_redis_killed_mid_conversation_changes_nothing_the_client_sees(replicas,
     assert _chat(gateways[0].url, upstream, loop[-1])[2] == sent[-1]  # the other replica: same bytes
     for gateway, start in zip(gateways, earlier, strict=True):
         assert _metric(gateway.url, "mixpr_form_cache_errors_total") >= 1  # unavailable (or a timeout)
-        logged = gateway.logged()[start:]
-        assert logged.count(WARNING) == 1 and "Killed Redis" not in logged and "Traceback" not in logged
+        logged = gateway.logged()
+        assert logged.count(WARNING) >= 1 and logged[start:].count(WARNING) <= 1  # once an outage
+        assert "Killed Redis" not in logged and "Traceback" not in logged
     redis.start()  # the same port
     time.sleep(RETRY_AFTER_S + 0.5)
     again = chat_loop(2, task="Redis is back. " + TASK)
