@@ -1,7 +1,9 @@
 """Big upstream requests are built off the event loop (``gateway.upstream.patches``), over real HTTP.
 
-One chat message of 19,000 tiny parts (under ``max_body_objects``) takes the openai SDK seconds to
-walk before it is sent upstream. A gateway (uvicorn, real sockets) serves it while one client sends
+One chat message of 100,000 tiny parts (the fixture raises ``max_body_objects`` for it) takes
+LiteLLM and the openai SDK seconds to walk before it is sent upstream (19,000 took 7 s with
+LiteLLM 1.106 and 0.7 s with 1.108: too short a flight for the short requests to show anything).
+A gateway (uvicorn, real sockets) serves it while one client sends
 short requests one after another: those sent in the second half of the big request's flight must
 still reach the upstream before the big one does. With the walk on the loop, at most the one caught
 waiting can (the loop runs nothing else until the big request is on the wire). Embeddings and
@@ -33,17 +35,19 @@ from gateway.run.offload import INLINE_ITEMS, THREAD_PREFIX
 from gateway.upstream import patches as upstream_offload
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
-PARTS = 19_000  # under the default max_body_objects (20,000)
+PARTS = 100_000  # over the default max_body_objects (20,000): the fixture allows it
 
 
 @pytest.fixture(scope="module")
 def big_gateway(upstream: FakeUpstream) -> Iterator[str]:
-    """A gateway with ``big``, a model whose window the 19,000 parts fit in, so they are forwarded
+    """A gateway with ``big``, a model whose window the 100,000 parts fit in, so they are forwarded
     as they are (MixPR in a thread: no worker process to wait for). Through LiteLLM: these tests are
     about its per-part work, which the raw relay (``gateway.upstream.chat_relay``) does not do at all."""
     raw = gateway_config(upstream.base_url)
-    raw["model_list"].append(model("big", "big", upstream.base_url, model_info={"max_input_tokens": 128_000}))
-    raw["general_settings"].update(compression_executor="thread", max_body_bytes=8_000_000, raw_relay=False)
+    window = {"max_input_tokens": 1_000_000}
+    raw["model_list"].append(model("big", "big", upstream.base_url, model_info=window))
+    raw["general_settings"].update(compression_executor="thread", max_body_bytes=8_000_000, raw_relay=False,
+                                   max_body_objects=2 * PARTS)
     server = ServerThread(create_app(parse_config(raw))).start()
     yield server.url
     server.stop()
@@ -87,7 +91,7 @@ def _big_chat(http: httpx.Client, stream: bool) -> httpx.Response:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_short_requests_overtake_a_request_of_19000_parts_while_it_is_built(
+def test_short_requests_overtake_a_request_of_100000_parts_while_it_is_built(
     big_gateway: str, upstream: FakeUpstream, stream: bool
 ) -> None:
     upstream.clear()
