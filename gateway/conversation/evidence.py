@@ -46,7 +46,7 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
     # Sentence by sentence, before touching ones are joined into passages.
     spans = [(lo, hi) for lo, hi in result.spans if joined[lo:hi].strip() not in present] if present \
         else result.spans
-    found = _passages(spans, texts, starts)
+    found = _passages(spans, texts, starts, joined)
     passages = _best(found, _scores(found, question), cap, model)
     if not passages:
         return "", 0
@@ -62,12 +62,13 @@ def _starts(texts: list[str]) -> list[int]:
     return starts
 
 
-def _passages(spans: list[tuple[int, int]], texts: list[str], starts: list[int]) -> list[str]:
+def _passages(spans: list[tuple[int, int]], texts: list[str], starts: list[int], joined: str) -> list[str]:
     """The kept spans inside the texts (not the question), as passages: spans with nothing but
     whitespace between them are one passage (MixPR keeps sentences; a clause of two kept sentences is
-    one run of the text, and a gap marker inside it would say that something was left out)."""
+    one run of the text, and a gap marker inside it would say that something was left out).
+    ``joined``: the texts as MixPR was given them (``SEPARATOR`` between them), which ``spans`` index."""
     found = []
-    for lo, hi in _runs(spans, texts, starts):
+    for lo, hi in _runs(spans, texts, starts, joined):
         for text, start in zip(texts, starts, strict=True):
             a, b = max(lo, start), min(hi, start + len(text))
             passage = text[a - start : b - start].strip() if a < b else ""
@@ -76,10 +77,10 @@ def _passages(spans: list[tuple[int, int]], texts: list[str], starts: list[int])
     return found
 
 
-def _runs(spans: list[tuple[int, int]], texts: list[str], starts: list[int]) -> list[tuple[int, int]]:
+def _runs(spans: list[tuple[int, int]], texts: list[str], starts: list[int],
+          joined: str) -> list[tuple[int, int]]:
     """``spans`` with the ones that only whitespace separates joined (never across two texts)."""
     ends = [start + len(text) for start, text in zip(starts, texts, strict=True)]
-    joined = SEPARATOR.join(texts)
     runs: list[tuple[int, int]] = []
     for lo, hi in sorted(spans):
         if runs and not joined[runs[-1][1]:lo].strip() and not any(runs[-1][1] <= e < lo for e in ends):

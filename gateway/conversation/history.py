@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import hashlib
 import json
 import logging
 import time
@@ -277,6 +278,7 @@ class History:
         # block -> its pieces, its job: a question asked again (the same words about another of the
         # documents) gets the same block, and the earlier asking keeps its own
         wanted: dict[str, tuple[list[int], tuple[Any, ...]]] = {}
+        searched: dict[tuple[int, ...], tuple[list[str], str, str]] = {}  # the same documents: joined once
         for number, piece in enumerate(plan.pieces):
             if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
@@ -288,11 +290,10 @@ class History:
             # A share of the room, and never more than that share of the most a model reads well.
             cap = max(1, int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence * more))
             question = forms.split_question(piece.text)[1] or piece.text
-            texts = [plan.pieces[q].text for q in cut]
-            # What their first-sight forms hold is sent before the question: not repeated.
-            present = "\n".join(plan.forms[(q, resets.FIRST_SIGHT)][0] for q in cut
-                                 if (q, resets.FIRST_SIGHT) in plan.forms)
-            name = "e" + forms.key(piece, cap, plan.salt + "\x00".join([*texts, present]))
+            if tuple(cut) not in searched:
+                searched[tuple(cut)] = _searched(plan, cut)
+            texts, present, salt = searched[tuple(cut)]
+            name = "e" + forms.key(piece, cap, salt)
             wanted.setdefault(name, ([], (question, texts, cap, model, present)))[0].append(number)
         known = self.store.found(list(wanted), bridge.loop)
         missing = {name: job for name, job in wanted.items() if name not in known}
@@ -303,6 +304,20 @@ class History:
             for number in numbers if name in known else ():  # a failed block: no evidence for them
                 plan.evidence[number] = known[name]
 
+
+
+def _searched(plan: Plan, cut: list[int]) -> tuple[list[str], str, str]:
+    """What a follow-up's evidence searches (the whole texts of the ``cut`` pieces), what their
+    first-sight forms already hold (sent before the question: not repeated), and the salt of the
+    blocks' names, which every follow-up over the same texts shares."""
+    texts = [plan.pieces[q].text for q in cut]
+    present = "\n".join(plan.forms[(q, resets.FIRST_SIGHT)][0] for q in cut
+                         if (q, resets.FIRST_SIGHT) in plan.forms)
+    hashed = hashlib.blake2b(digest_size=20)
+    for text in (*texts, present):
+        hashed.update(text.encode("utf-8", "surrogatepass"))
+        hashed.update(b"\x00")
+    return texts, present, plan.salt + hashed.hexdigest()
 
 
 def _multi_turn(request: Request) -> bool:
