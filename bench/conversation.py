@@ -67,6 +67,13 @@ PROTOCOL_TURNS = 12
 SEED = 7
 PROTOCOL = (("contracts", "legal_contract_qa.dev.jsonl", (2, 3, 4)),
             ("pages", "natural_question.dev.jsonl", (5, 5)))
+# Issue 45: the protocol at the size users paste. Every conversation 64k-150k tokens: each starts from
+# the next documents of one seeded order of the whole dev file (round robin, so the conversations
+# share as few documents as they can) and takes documents until it reaches REAL_MIN tokens, skipping
+# one that would take it past REAL_MAX. Four conversations of contracts, four of pages (the dev split's
+# papers, 2k-5k tokens each, are too few to reach 64k more than once).
+REAL_MIN, REAL_MAX = 64_000, 150_000
+REAL = (("contracts", "legal_contract_qa.dev.jsonl", 4), ("pages", "natural_question.dev.jsonl", 4))
 CHATS = 5  # LoCoMo chats of the dev split, each with PROTOCOL_TURNS questions as later user turns
 MODES = {"cost": {"model_info": {"max_input_tokens": 1_000_000},
                   "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000}},
@@ -98,6 +105,29 @@ def protocol() -> list[Conversation]:
         for number, size in enumerate(sizes):
             picked = rng.sample(unique, size)
             out.append(documents(f"{kind}-{number}", picked, rng))
+    return out
+
+
+def real_size() -> list[Conversation]:
+    """Issue 45's protocol: eight document conversations of 64k-150k tokens (four of contracts, four of
+    pages), every answerable question of their documents round robin, 12 turns, seed 7."""
+    rng = random.Random(SEED)
+    encoding = encoding_for(None)
+    out = []
+    for kind, name, count in REAL:
+        unique = list({r["input"]: r for r in _rows(name)}.values())
+        rng.shuffle(unique)
+        sizes = [len(encoding.encode_ordinary(r["input"])) for r in unique]
+        cursor = 0
+        for number in range(count):
+            picked, total, start = [], 0, cursor
+            while total < REAL_MIN and cursor < start + len(unique):
+                i = cursor % len(unique)
+                cursor += 1
+                if total + sizes[i] <= REAL_MAX:
+                    picked.append(unique[i])
+                    total += sizes[i]
+            out.append(documents(f"{kind}-{number}-{total // 1000}k", picked, rng))
     return out
 
 
@@ -353,8 +383,18 @@ def totals(result: dict | list[dict], half: int | None = None) -> dict[str, floa
 
 
 def group(name: str) -> str:
-    """The set a conversation belongs to: ``contracts-1`` -> documents, ``locomo-3`` -> chats."""
-    return "chats" if name.startswith("locomo") else "documents"
+    """The set a conversation belongs to: ``contracts-1`` -> documents, ``contracts-0-81k`` ->
+    real-size contracts, ``locomo-3`` -> chats."""
+    if name.startswith("locomo"):
+        return "chats"
+    parts = name.split("-")
+    return f"real-size {parts[0]}" if len(parts) == 3 else "documents"
+
+
+def groups(name: str) -> list[str]:
+    """Every set a conversation is summed in: its kind, and all real-size documents together."""
+    kind = group(name)
+    return [kind, "real-size documents"] if kind.startswith("real-size") else [kind]
 
 
 def table(results: list[dict]) -> str:
@@ -368,7 +408,8 @@ def table(results: list[dict]) -> str:
     for r in results:
         keyed.setdefault((r["conversation"], r["mode"], r["policy"]), []).append(r)
     for r in results:
-        keyed.setdefault((f"all {group(r['conversation'])}", r["mode"], r["policy"]), []).append(r)
+        for kind in groups(r["conversation"]):
+            keyed.setdefault((f"all {kind}", r["mode"], r["policy"]), []).append(r)
     for (conv, mode, policy), rs in keyed.items():
         t, none = totals(rs), totals(keyed[(conv, mode, "none")])
         odd, even = totals(rs, 1), totals(rs, 0)
@@ -435,12 +476,14 @@ def sweep(evidences: list[float], modes: list[str]) -> None:
 
 
 def conversations_named(names: str) -> list[Conversation]:
-    """``documents`` (the protocol's five), ``chats`` (the LoCoMo five), ``contracts`` and ``locomo``
+    """``real`` (issue 45's eight real-size ones), ``documents`` (issue 39's five), ``chats`` (the LoCoMo five), ``contracts`` and ``locomo``
     (the old single conversations), or single ones by name (``contracts-1``, ``locomo-3``)."""
     out: list[Conversation] = []
     for name in names.split(","):
         if name == "documents":
             out += protocol()
+        elif name == "real":
+            out += real_size()
         elif name == "chats":
             out += chats()
         elif name == "contracts":
@@ -448,7 +491,7 @@ def conversations_named(names: str) -> list[Conversation]:
         elif name == "locomo":
             out.append(locomo())
         else:
-            out += [c for c in [*protocol(), *chats()] if c.name == name]
+            out += [c for c in [*real_size(), *protocol(), *chats()] if c.name == name]
     return out
 
 
@@ -457,8 +500,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--headroom", type=float, default=None,
                         help="room left after a reset: reset_fill = 1 - this")
     parser.add_argument("--evidence", type=float, default=None, help="prefix.evidence (default: the default)")
-    parser.add_argument("--conversations", default="documents,chats",
-                        help="documents, chats, contracts, locomo, or names such as contracts-1")
+    parser.add_argument("--conversations", default="real,documents,chats",
+                        help="real, documents, chats, contracts, locomo, or names such as contracts-1")
     parser.add_argument("--modes", default="cost,window")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--sweep", action="store_true", help="prefix.evidence on the documents, both modes")
