@@ -208,10 +208,12 @@ def _with_questions(name: str, history: list[dict[str, Any]], picked: list[tuple
 # -- the gateway ------------------------------------------------------------------------------
 
 
-def config(upstream: str, headroom: float | None, evidence: float | None) -> dict[str, Any]:
+def config(upstream: str, headroom: float | None, evidence: float | None,
+           overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     # --headroom: the share of the room left free after a reset (prefix.reset_fill = 1 - headroom).
     fill = None if headroom is None else 1 - headroom
     prefix = {k: v for k, v in (("reset_fill", fill), ("evidence", evidence)) if v is not None}
+    prefix |= overrides or {}
     models = []
     for mode, settings in MODES.items():
         for policy in ("today", "prefix"):
@@ -329,9 +331,11 @@ def recovery(messages: list[dict[str, Any]], needed: list[str], parts: tuple[str
 
 
 def run(conversations: list[Conversation], modes: list[str], headroom: float | None,
-        evidence: float | None, policies: tuple[str, ...] = POLICIES) -> list[dict[str, Any]]:
+        evidence: float | None, policies: tuple[str, ...] = POLICIES,
+        overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     upstream = FakeUpstream().start()
-    server = ServerThread(create_app(parse_config(config(upstream.base_url, headroom, evidence)))).start()
+    settings = config(upstream.base_url, headroom, evidence, overrides)
+    server = ServerThread(create_app(parse_config(settings))).start()
     results = []
     try:
         with httpx.Client(base_url=server.url, timeout=600) as http:
@@ -504,6 +508,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="real, documents, chats, contracts, locomo, or names such as contracts-1")
     parser.add_argument("--modes", default="cost,window")
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="any mixpr.prefix setting, e.g. --set document_keep=0.1 (JSON values)")
     parser.add_argument("--sweep", action="store_true", help="prefix.evidence on the documents, both modes")
     parser.add_argument("--out", default="conversation", help="name of the JSON and PNG under bench/out/")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
@@ -513,8 +519,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     conversations = conversations_named(args.conversations)
     started = time.perf_counter()
+    overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
     results = run(conversations, args.modes.split(","), args.headroom, args.evidence,
-                  policies=tuple(args.policies.split(",")))
+                  policies=tuple(args.policies.split(",")), overrides=overrides)
     print(table(results))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{args.out}.json").write_text(json.dumps({"results": results, "library": library_version(),

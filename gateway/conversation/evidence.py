@@ -11,9 +11,12 @@ best match are kept, so a question the earlier text does not answer adds little.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
 
 import mixpr.engine
 from mixpr.tokens import count_tokens
@@ -27,6 +30,53 @@ KEEP_SHARE = 0.1
 # already hold are dropped and the best of the rest fill it.
 WIDEN = 1.25
 _WORD = re.compile(r"[^\W_]{3,}")
+# Where a kept span is split into the units compared with what was sent before: line ends, and
+# sentence ends in a long line (a page flattened to one line, a contract clause).
+_LINE = re.compile(r"\n+")
+_SENTENCE = re.compile(r"(?<=[.!?;:])\s+(?=\S)")
+LONG_LINE_CHARS = 300
+MIN_TOKENS = 64  # a block smaller than this is not worth its tags
+TAG_TOKENS = 24  # the tags and gaps of one block, about
+
+
+@dataclass
+class Spent:
+    """The evidence of one conversation's follow-ups over the same documents, in order: what every
+    block searches (``texts``), what was sent of them before the next block (the documents' forms,
+    then each earlier block) and how many of the tokens the forms cut no block has brought yet. So a
+    block never repeats a passage and all of them never bring more than was cut: a request is never
+    longer than the client's own."""
+
+    texts: list[str]
+    sent: list[str]
+    unsent: int  # tokens the forms cut, less what the blocks brought
+    salt_base: str
+    _hash: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._hash = hashlib.blake2b(digest_size=20)
+        for text in (self.salt_base, *self.texts, *self.sent):
+            self._update(text)
+
+    def cap(self, wanted: int) -> int:
+        """The next block's tokens: ``wanted``, at most what is still unsent (its tags included)."""
+        return min(wanted, self.unsent - TAG_TOKENS)
+
+    def present(self) -> str:
+        return "\n".join(self.sent)
+
+    def salt(self) -> str:
+        """The next block's name salt: the documents and everything sent of them so far."""
+        return self._hash.copy().hexdigest()
+
+    def add(self, block: tuple[str, int]) -> None:
+        self.sent.append(block[0])
+        self.unsent -= block[1]
+        self._update(block[0])
+
+    def _update(self, text: str) -> None:
+        self._hash.update(text.encode("utf-8", "surrogatepass"))
+        self._hash.update(b"\x00")
 
 
 def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
@@ -43,15 +93,38 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
     result = mixpr.engine.compress(joined, budget_tokens=asked, route="local", model=model,
                             boundaries=[*starts, starts[-1] + len(texts[-1])],
                             query_span=(len(joined) - len(question), len(joined)))
-    # Sentence by sentence, before touching ones are joined into passages.
-    spans = [(lo, hi) for lo, hi in result.spans if joined[lo:hi].strip() not in present] if present \
-        else result.spans
-    found = _passages(spans, texts, starts, joined)
+    # Unit by unit, whatever span MixPR returned (a budget over the text returns it as one span),
+    # before touching units are joined into passages.
+    spans = [unit for span in result.spans for unit in units(joined, span)
+             if not present or joined[unit[0]:unit[1]].strip() not in present]
+    found = [p for p in _passages(spans, texts, starts, joined) if p not in present]
     passages = _best(found, _scores(found, question), cap, model)
     if not passages:
         return "", 0
     block = f"{OPEN}\n{GAP.join(passages)}\n{CLOSE}"
     return block, count_tokens(block, model)
+
+
+def units(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """``span`` of ``text`` as its lines, a long line as its sentences: the units that are compared
+    with what was sent before, so a passage already sent is left out whatever span held it."""
+    lo, hi = span
+    out = []
+    for line in _pieces(_LINE, text, lo, hi):
+        out += _pieces(_SENTENCE, text, *line) if line[1] - line[0] > LONG_LINE_CHARS else [line]
+    return out
+
+
+def _pieces(pattern: re.Pattern[str], text: str, lo: int, hi: int) -> list[tuple[int, int]]:
+    """``text[lo:hi]`` split where ``pattern`` matches, as non-blank (start, end) offsets."""
+    out, at = [], lo
+    for match in pattern.finditer(text, lo, hi):
+        if text[at:match.start()].strip():
+            out.append((at, match.start()))
+        at = match.end()
+    if text[at:hi].strip():
+        out.append((at, hi))
+    return out
 
 
 def _starts(texts: list[str]) -> list[int]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import hashlib
 import json
 import logging
 import time
@@ -271,53 +270,54 @@ class History:
         """Evidence blocks for follow-up questions: each user message after the first, from the
         earlier user messages (pasted documents) their first-sight forms cut
         (``gateway.conversation.evidence``). Tool results are not searched: an agent reads again what it
-        needs, and a framework's own user messages ("use the tool format") ask nothing of them."""
-        settings, model = plan.request.settings.prefix, plan.request.target.model
+        needs, and a framework's own user messages ("use the tool format") ask nothing of them.
+        Follow-ups in order: a block leaves out what the documents' forms and the earlier blocks hold,
+        and all of them together never bring more than the forms cut (``evidence.Spent``)."""
+        settings = plan.request.settings.prefix
         last = len(plan.request.messages) - 1
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
-        # block -> its pieces, its job: a question asked again (the same words about another of the
-        # documents) gets the same block, and the earlier asking keeps its own
-        wanted: dict[str, tuple[list[int], tuple[Any, ...]]] = {}
-        searched: dict[tuple[int, ...], tuple[list[str], str, str]] = {}  # the same documents: joined once
+        spent: dict[tuple[int, ...], evidence.Spent] = {}  # the same documents: searched once
         for number, piece in enumerate(plan.pieces):
             if not piece.question or piece.message <= first_user or settings.evidence == 0:
                 continue
-            cut = [q for q in range(number) if plan.pieces[q].question and plan.tokens[q] > plan.cap
-                   and plan.pieces[q].message < piece.message]
+            cut = tuple(q for q in range(number) if plan.pieces[q].question and plan.tokens[q] > plan.cap
+                        and plan.pieces[q].message < piece.message)
             if not cut:
                 continue
+            if cut not in spent:
+                spent[cut] = _searched(plan, list(cut))
             more = plan.request.more_evidence if piece.message == last else 1.0
             # A share of the room, and never more than that share of the most a model reads well.
-            cap = max(1, int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence * more))
-            question = forms.split_question(piece.text)[1] or piece.text
-            if tuple(cut) not in searched:
-                searched[tuple(cut)] = _searched(plan, cut)
-            texts, present, salt = searched[tuple(cut)]
-            name = "e" + forms.key(piece, cap, salt)
-            wanted.setdefault(name, ([], (question, texts, cap, model, present)))[0].append(number)
-        known = self.store.found(list(wanted), bridge.loop)
-        missing = {name: job for name, job in wanted.items() if name not in known}
-        if missing:
-            known |= self._computed(plan, bridge, missing, evidence.evidence_job,
-                                    [job for _, job in missing.values()])
-        for name, (numbers, _) in wanted.items():
-            for number in numbers if name in known else ():  # a failed block: no evidence for them
-                plan.evidence[number] = known[name]
+            wanted = int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence * more)
+            cap = spent[cut].cap(wanted)
+            if cap < evidence.MIN_TOKENS:  # the forms and the earlier blocks hold about all of it
+                continue
+            block = self._block(plan, bridge, piece, cap, spent[cut])
+            if block is not None:  # a failed block: no evidence for this follow-up
+                plan.evidence[number] = block
+                spent[cut].add(block)
+
+    def _block(self, plan: Plan, bridge: Bridge, piece: forms.Piece, cap: int,
+               spent: evidence.Spent) -> tuple[str, int] | None:
+        """One follow-up's block: from memory or Redis, else computed in the pool."""
+        question = forms.split_question(piece.text)[1] or piece.text
+        name = "e" + forms.key(piece, cap, spent.salt())
+        known = self.store.found([name], bridge.loop)
+        if name not in known:
+            job = (question, spent.texts, cap, plan.request.target.model, spent.present())
+            known |= self._computed(plan, bridge, {name: job}, evidence.evidence_job, [job])
+        return known.get(name)
 
 
 
-def _searched(plan: Plan, cut: list[int]) -> tuple[list[str], str, str]:
+def _searched(plan: Plan, cut: list[int]) -> evidence.Spent:
     """What a follow-up's evidence searches (the whole texts of the ``cut`` pieces), what their
-    first-sight forms already hold (sent before the question: not repeated), and the salt of the
-    blocks' names, which every follow-up over the same texts shares."""
+    first-sight forms already hold (sent before the question: not repeated) and how many tokens
+    they cut."""
     texts = [plan.pieces[q].text for q in cut]
-    present = "\n".join(plan.forms[(q, resets.FIRST_SIGHT)][0] for q in cut
-                         if (q, resets.FIRST_SIGHT) in plan.forms)
-    hashed = hashlib.blake2b(digest_size=20)
-    for text in (*texts, present):
-        hashed.update(text.encode("utf-8", "surrogatepass"))
-        hashed.update(b"\x00")
-    return texts, present, plan.salt + hashed.hexdigest()
+    held = [plan.forms[(q, resets.FIRST_SIGHT)] for q in cut if (q, resets.FIRST_SIGHT) in plan.forms]
+    whole = sum(plan.tokens[q] for q in cut)
+    return evidence.Spent(texts, [form for form, _ in held], whole - sum(n for _, n in held), plan.salt)
 
 
 def _multi_turn(request: Request) -> bool:
