@@ -53,9 +53,12 @@ class Plan:
 
     @property
     def over_document(self) -> bool:
-        """A conversation over a pasted document: a user message over the cap, and no tool results."""
-        return (not any(p.role == "tool" for p in self.pieces)
-                and any(p.question and t > self.cap for p, t in zip(self.pieces, self.tokens, strict=True)))
+        """A conversation over a pasted document: its first user message is over the cap. Decided once
+        per conversation, from its first message, so what a reset keeps never changes with a later
+        message (a tool result that switched it rewrote what earlier resets had kept)."""
+        first = min((p.message for p in self.pieces if p.role == "user"), default=-1)
+        return any(p.question and p.message == first and t > self.cap
+                   for p, t in zip(self.pieces, self.tokens, strict=True))
 
     def size(self, message: int, level: resets.Level) -> int:
         """A message's tokens at ``level``."""

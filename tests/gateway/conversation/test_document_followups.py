@@ -1,0 +1,174 @@
+"""Follow-up questions over a pasted document, as the bytes sent show them: a compressed request never
+carries more than the client sent, nor one paragraph twice (a follow-up's evidence leaves out what the
+document's form and the earlier blocks hold, at passage level), and a later tool call never rewrites
+what a reset kept (warm and cold instances send the same bytes and say the same). In-process gateways
+(uvicorn in threads) in front of the tests' recording upstream; the documents are Python's own
+reference (``pydoc_data.topics``), which every Python ships."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pydoc_data.topics import topics
+from typing import Any
+
+import httpx
+import pytest
+from conftest import MASTER_KEY, ServerThread
+from fake_upstream import FakeUpstream
+
+from gateway import create_app
+from gateway.config import parse_config
+from mixpr.tokens import count_tokens
+
+# The review's shape: a cost budget of 1,000 tokens and a document of about 1.4k.
+SMALL_TOPICS = ("assert", "pass", "del", "return", "break", "continue", "raise", "global")
+QUESTIONS = ("What does the assert statement do?", "What does pass do?", "What does del do to a name?",
+             "What does return do inside a generator?", "When is AssertionError raised?",
+             "What does break leave?", "What happens when continue runs in a finally clause?")
+WINDOW = 16_000
+
+
+def _config(upstream: str) -> dict[str, Any]:
+    def entry(name: str, window: int, **mixpr: Any) -> dict[str, Any]:
+        return {"model_name": name, "model_info": {"max_input_tokens": window}, "mixpr": mixpr,
+                "litellm_params": {"model": f"openai/{name}", "api_base": upstream, "api_key": "x"}}
+
+    models = [entry("budget", 32_000, budget_tokens=1000), entry("window", WINDOW, prefix={"evidence": 0.5})]
+    return {"model_list": models,
+            "mixpr_settings": {"router": "heuristic", "token_margin": 0},
+            "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
+                                 "compression_executor": "thread"}}
+
+
+def _server(upstream: FakeUpstream) -> ServerThread:
+    return ServerThread(create_app(parse_config(_config(upstream.base_url)))).start()
+
+
+@pytest.fixture(scope="module")
+def warm(upstream: FakeUpstream) -> Iterator[httpx.Client]:
+    server = _server(upstream)
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {MASTER_KEY}"},
+                      timeout=600) as http:
+        yield http
+    server.stop()
+
+
+def _document(tokens: int) -> str:
+    """Topics of the Python reference, whole paragraphs, until about ``tokens``."""
+    paragraphs: list[str] = []
+    for name in sorted(topics):
+        for paragraph in topics[name].split("\n\n"):
+            if paragraph.strip() and paragraph not in paragraphs:
+                paragraphs.append(paragraph)
+        if count_tokens("\n\n".join(paragraphs), None) > tokens:
+            break
+    return "\n\n".join(paragraphs)
+
+
+def _send(http: httpx.Client, upstream: FakeUpstream, model: str,
+          messages: list[dict[str, Any]]) -> tuple[httpx.Response, list[dict[str, Any]]]:
+    upstream.clear()
+    body = {"model": model, "messages": messages, "max_tokens": 50}
+    response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text[:300]
+    [seen] = [r.json["messages"] for r in upstream.received() if r.path.endswith("/chat/completions")]
+    return response, seen
+
+
+def _tokens(messages: list[dict[str, Any]]) -> int:
+    return sum(count_tokens(json.dumps(m.get("content"), ensure_ascii=False), None) for m in messages)
+
+
+def _repeated(seen: list[dict[str, Any]], sent: list[dict[str, Any]]) -> list[str]:
+    """The client's sentences of some length that occur in what the upstream received more often than
+    in what the client sent (the reference repeats a few itself): a passage sent twice. Whitespace
+    normalised (a kept sentence's line breaks may differ)."""
+    def normal(messages: list[dict[str, Any]]) -> str:
+        texts = (m["content"] for m in messages if isinstance(m.get("content"), str))
+        return re.sub(r"\s+", " ", " ".join(texts))
+    ours, theirs = normal(seen), normal(sent)
+    sentences = {s for s in re.split(r"(?<=[.!?])\s+", theirs) if len(s) > 40}
+    return [s for s in sentences if ours.count(s) > theirs.count(s)]
+
+
+def _conversation(http: httpx.Client, upstream: FakeUpstream, model: str, document: str,
+                  questions: tuple[str, ...]) -> list[tuple[list[dict[str, Any]], httpx.Response,
+                                                            list[dict[str, Any]]]]:
+    """The document pasted with the first question, then one follow-up a turn: per turn, what the
+    client sent, the gateway's response and what the upstream received."""
+    turns, messages = [], []
+    for i, question in enumerate(questions):
+        content = f"{document}\n\n{question}" if i == 0 else question
+        messages = [*messages, {"role": "user", "content": content}]
+        response, seen = _send(http, upstream, model, messages)
+        turns.append((messages, response, seen))
+        messages = [*messages, {"role": "assistant", "content": "As the reference says."}]
+    return turns
+
+
+def test_a_compressed_follow_up_never_carries_more_than_the_client_sent(
+    upstream: FakeUpstream, warm: httpx.Client,
+) -> None:
+    """A cost budget of 1,000 tokens, a 1.4k-token document, six follow-ups: each request the upstream
+    receives is no longer than the client's, and no paragraph of it is sent twice. (The evidence block
+    was a share of the room, 3.2k, larger than the document: each follow-up sent the whole document
+    again, and the requests grew past what the client sent.)"""
+    document = "\n\n".join(topics[name] for name in SMALL_TOPICS)
+    document = _cut_to(document, 1400)
+    turns = _conversation(warm, upstream, "budget", document, QUESTIONS)
+    assert [r.headers["x-mixpr-action"] for _, r, _ in turns[1:]] == ["compressed"] * 6
+    for sent, _, seen in turns:
+        assert _tokens(seen) <= _tokens(sent)
+        assert not _repeated(seen, sent)
+
+
+def test_compress_endpoint_never_returns_more_than_it_was_sent(warm: httpx.Client) -> None:
+    """The same rows through ``/v1/compress`` (as LiteLLM sends them: no assistant rows): what comes
+    back is never longer than what was sent (it answered 11,534 tokens for 1,820)."""
+    document = _cut_to("\n\n".join(topics[name] for name in SMALL_TOPICS), 1400)
+    rows = [{"role": "user", "content": f"{document}\n\n{QUESTIONS[0]}"},
+            *({"role": "user", "content": q} for q in QUESTIONS[1:])]
+    response = warm.post("/v1/compress", json={"model": "budget", "messages": rows})
+    assert response.status_code == 200, response.text[:300]
+    body = response.json()
+    assert body["tokens_after"] <= body["tokens_before"]
+    assert _tokens(body["messages"]) <= _tokens(rows)
+    assert not _repeated(body["messages"], rows)
+
+
+def _cut_to(text: str, tokens: int) -> str:
+    """``text``'s first paragraphs, about ``tokens`` of them."""
+    kept = text[: int(len(text) * tokens / count_tokens(text, None))]
+    return kept.rsplit("\n\n", 1)[0]
+
+
+def test_a_tool_call_after_a_reset_never_rewrites_what_it_kept(upstream: FakeUpstream,
+                                                                warm: httpx.Client) -> None:
+    """A document conversation through a 16k window (evidence: half of it a follow-up), past a reset,
+    then the assistant calls a tool and the client sends its result: the messages before the call are
+    sent as in the request before it (a tool result switched the whole conversation's reset share, 0.3
+    to 0.6, and rewrote them), and a cold instance sends the same bytes and the same report as the
+    warm one."""
+    turns = _conversation(warm, upstream, "window", _document(40_000), QUESTIONS)
+    # Turn 2 switches to forms; a later reset cuts the document again for every question so far.
+    assert any(r.headers["x-mixpr-reset"] == "true" for _, r, _ in turns[2:]), "no reset to keep"
+    before, _, sent_before = turns[-1]
+    function = {"name": "lookup", "arguments": '{"topic": "del"}'}
+    call = {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": function}]}
+    result = {"role": "tool", "tool_call_id": "call_1", "content": topics["del"]}
+    messages = [*before, call, result]
+    warm_response, warm_seen = _send(warm, upstream, "window", messages)
+    assert warm_seen[: len(sent_before)] == sent_before
+    cold = _server(upstream)
+    try:
+        with httpx.Client(base_url=cold.url, headers={"Authorization": f"Bearer {MASTER_KEY}"},
+                          timeout=600) as http:
+            cold_response, cold_seen = _send(http, upstream, "window", messages)
+    finally:
+        cold.stop()
+    assert cold_seen == warm_seen
+    report = ("x-mixpr-reset", "x-mixpr-compressed-tokens", "x-mixpr-prefix-reused-tokens")
+    assert [cold_response.headers[h] for h in report] == [warm_response.headers[h] for h in report]
