@@ -102,6 +102,9 @@ class Prefix(_Strict):
     reset_min_tokens: int = Field(200, ge=1)
     # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.
     evidence: float = Field(0.1, ge=0, le=1)
+    # ... and, when this is set, this share of the pasted documents' tokens (a larger document, more
+    # evidence: what sending it whole would cost grows with it), within that share of the room.
+    evidence_document: float = Field(0.0, ge=0, le=1)
     # An Anthropic-style cache_control breakpoint on the last message of the previous request.
     breakpoint: bool = False
 
@@ -119,6 +122,7 @@ class PrefixOverrides(_Strict):
     reset_horizon: float | None = Field(None, ge=0)
     reset_min_tokens: int | None = Field(None, ge=1)
     evidence: float | None = Field(None, ge=0, le=1)
+    evidence_document: float | None = Field(None, ge=0, le=1)
     breakpoint: bool | None = None
 
 

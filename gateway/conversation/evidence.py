@@ -51,6 +51,7 @@ class Spent:
     sent: list[str]
     unsent: int  # tokens the forms cut, less what the blocks brought
     salt_base: str
+    whole: int = 0  # the documents' own tokens
     _hash: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -287,8 +287,12 @@ class History:
             if cut not in spent:
                 spent[cut] = _searched(plan, list(cut))
             more = plan.request.more_evidence if piece.message == last else 1.0
-            # A share of the room, and never more than that share of the most a model reads well.
-            wanted = int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence * more)
+            # A share of the room, and never more than that share of the most a model reads well;
+            # with ``evidence_document``, that share of the documents within it.
+            wanted = int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence)
+            if settings.evidence_document:
+                wanted = min(wanted, int(settings.evidence_document * spent[cut].whole))
+            wanted = int(wanted * more)
             cap = spent[cut].cap(wanted)
             if cap < evidence.MIN_TOKENS:  # the forms and the earlier blocks hold about all of it
                 continue
@@ -317,7 +321,8 @@ def _searched(plan: Plan, cut: list[int]) -> evidence.Spent:
     texts = [plan.pieces[q].text for q in cut]
     held = [plan.forms[(q, resets.FIRST_SIGHT)] for q in cut if (q, resets.FIRST_SIGHT) in plan.forms]
     whole = sum(plan.tokens[q] for q in cut)
-    return evidence.Spent(texts, [form for form, _ in held], whole - sum(n for _, n in held), plan.salt)
+    return evidence.Spent(texts, [form for form, _ in held], whole - sum(n for _, n in held), plan.salt,
+                          whole)
 
 
 def _multi_turn(request: Request) -> bool:

@@ -15,7 +15,6 @@ from conftest import ServerThread
 from corpus import SENTENCES
 from fake_upstream import FakeUpstream
 
-from bench import conversation
 from gateway import create_app
 from gateway.config import parse_config
 from gateway.conversation.evidence import OPEN
@@ -62,13 +61,16 @@ def _tokens(messages: list[dict[str, Any]]) -> int:
 
 
 def test_a_long_document_conversation_is_never_refused(upstream: FakeUpstream, gateway: str) -> None:
-    """Five Wikipedia pages (~117k tokens, the dev split's Natural Questions) pasted with a question,
-    then eleven follow-ups, through a 32k window: every turn goes out within the window, and every
-    follow-up carries evidence retrieved for its own question. (Older follow-ups' evidence blocks,
-    which no reset could cut, piled up until the forms no longer fit: a 400 at turns 11 and 12.)"""
-    [pages] = [c for c in conversation.protocol() if c.name == "pages-0"]
-    questions = [(messages[-1]["content"], "") for messages in pages.requests]
-    turns = _turns(upstream, gateway, "window", pages.requests[0][:-1], questions)
+    """Python's language reference (79 topics, ~106k tokens, in every Python) pasted with a question,
+    then a follow-up a turn about topic after topic, through a 32k window: every turn goes out within
+    the window, and every follow-up carries evidence retrieved for its own question. (Older
+    follow-ups' evidence blocks, which no reset could cut, piled up until the forms no longer fit: a
+    400 at turns 11 and 12.)"""
+    reference = "\n\n".join(topics.values())
+    names = sorted(topics)[:: len(topics) // 20][:20]
+    questions = [(f"What does the reference say about {name.replace('-', ' ')}?", "") for name in names]
+    questions[0] = (f"{reference}\n\n{questions[0][0]}", "")
+    turns = _turns(upstream, gateway, "window", [], questions)
     statuses = [response.status_code for response, _ in turns]
     assert statuses == [200] * len(questions), [r.text[:300] for r, _ in turns if r.status_code != 200]
     assert all(_tokens(seen) <= WINDOW for _, seen in turns)
@@ -76,6 +78,7 @@ def test_a_long_document_conversation_is_never_refused(upstream: FakeUpstream, g
     # The document's first-sight form keeps a twentieth of it (prefix.document_keep), and a reset
     # leaves three tenths of the room (prefix.document_fill): later questions bring their own evidence.
     assert _tokens(turns[1][1]) < 0.4 * WINDOW
+    print([(_tokens(seen), r.headers["x-mixpr-reset"]) for r, seen in turns])
     after_resets = [seen for response, seen in turns[2:] if response.headers["x-mixpr-reset"] == "true"]
     assert after_resets and all(_tokens(seen) < 0.45 * WINDOW for seen in after_resets)
 
