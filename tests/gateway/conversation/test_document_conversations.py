@@ -17,7 +17,7 @@ from fake_upstream import FakeUpstream
 
 from gateway import create_app
 from gateway.config import parse_config
-from gateway.conversation.evidence import OPEN
+from gateway.conversation.evidence import CLOSE, GAP, OPEN
 from mixpr.tokens import count_tokens
 
 WINDOW = 32_000
@@ -86,8 +86,9 @@ def test_a_long_document_conversation_is_never_refused(upstream: FakeUpstream, g
 def test_a_question_asked_again_keeps_the_first_askings_evidence(upstream: FakeUpstream,
                                                                   gateway: str) -> None:
     """The same question about another of the pasted documents (contract reviews ask each category
-    of each contract) brings the same block again; the first asking keeps its own, so the earlier
-    request's bytes are sent again as they were (it lost its block: a cache miss and a reset)."""
+    of each contract): the first asking keeps its own block, so the earlier request's bytes are sent
+    again as they were (it lost its block: a cache miss and a reset), and the second brings passages
+    the first did not (the same block again would repeat them)."""
     reference = "\n\n".join(topics.values())
     asked = "What does the reference say about the assert statement?"
     questions = [(f"{reference}\n\nWhich pdb command prints the return value?", "retval"),
@@ -98,7 +99,14 @@ def test_a_question_asked_again_keeps_the_first_askings_evidence(upstream: FakeU
     third, fourth = turns[2][1], turns[3][1]
     assert fourth[: len(third)] == third
     assert turns[3][0].headers["x-mixpr-reset"] == "false"
-    assert fourth[-1]["content"] == fourth[2]["content"]  # the same question, the same evidence
+    first, again = (_passages(fourth[i]["content"]) for i in (2, -1))
+    assert first and again and not first & again
+
+
+def _passages(content: str) -> set[str]:
+    """The passages of a follow-up's evidence block."""
+    block = content.split(CLOSE)[0].removeprefix(OPEN) if content.startswith(OPEN) else ""
+    return {p.strip() for p in block.split(GAP) if p.strip()}
 
 
 def test_a_chat_of_short_lines_through_a_small_window_is_compressed_not_refused(
