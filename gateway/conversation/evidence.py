@@ -106,6 +106,18 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
     return block, count_tokens(block, model)
 
 
+def distinctive(question: str, earlier: list[str]) -> str:
+    """What a follow-up asks besides the words every earlier question of the conversation shares (a
+    checklist's or a form's template: "Highlight the parts of this contract related to ..."), which
+    would rank the same passages first for every question. Two earlier questions at least, and
+    ``question`` itself when fewer than two of its words are left."""
+    if len(earlier) < 2:
+        return question
+    template = set.intersection(*({w.lower() for w in _WORD.findall(e)} for e in earlier))
+    kept = [w for w in _WORD.findall(question) if w.lower() not in template]
+    return " ".join(kept) if len(kept) >= 2 else question
+
+
 def units(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
     """``span`` of ``text`` as its lines, a long line as its sentences: the units that are compared
     with what was sent before, so a passage already sent is left out whatever span held it."""

@@ -296,19 +296,20 @@ class History:
             cap = spent[cut].cap(wanted)
             if cap < evidence.MIN_TOKENS:  # the forms and the earlier blocks hold about all of it
                 continue
-            block = self._block(plan, bridge, piece, cap, spent[cut])
+            asked = [forms.split_question(p.text)[1] for p in plan.pieces[:number] if p.question]
+            query = evidence.distinctive(forms.split_question(piece.text)[1] or piece.text, asked)
+            block = self._block(plan, bridge, piece, query, cap, spent[cut])
             if block is not None:  # a failed block: no evidence for this follow-up
                 plan.evidence[number] = block
                 spent[cut].add(block)
 
-    def _block(self, plan: Plan, bridge: Bridge, piece: forms.Piece, cap: int,
+    def _block(self, plan: Plan, bridge: Bridge, piece: forms.Piece, query: str, cap: int,
                spent: evidence.Spent) -> tuple[str, int] | None:
-        """One follow-up's block: from memory or Redis, else computed in the pool."""
-        question = forms.split_question(piece.text)[1] or piece.text
-        name = "e" + forms.key(piece, cap, spent.salt())
+        """One follow-up's block for ``query``: from memory or Redis, else computed in the pool."""
+        name = "e" + forms.key(piece, cap, spent.salt() + query)
         known = self.store.found([name], bridge.loop)
         if name not in known:
-            job = (question, spent.texts, cap, plan.request.target.model, spent.present())
+            job = (query, spent.texts, cap, plan.request.target.model, spent.present())
             known |= self._computed(plan, bridge, {name: job}, evidence.evidence_job, [job])
         return known.get(name)
 
