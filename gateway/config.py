@@ -92,7 +92,7 @@ class Prefix(_Strict):
     document_fill: float = Field(0.3, gt=0, le=1)
     # A pasted document (a user message over the first-sight cap) keeps keep_tokens plus this share of
     # the rest at first sight, at most the cap; follow-ups bring evidence from what it cut.
-    document_keep: float = Field(0.05, ge=0, le=1)
+    document_keep: float = Field(0.15, ge=0, le=1)
     # Cost mode: past the trigger, a reset is made only when what it saves in cache reads over the
     # turns the conversation can expect (this times the turns it has had) pays for rewriting the
     # cached prefix, priced with the model's own prices (gateway.prices); 0: only one that pays by the
@@ -101,10 +101,10 @@ class Prefix(_Strict):
     # Texts under this many tokens are never cut by a reset (never worth a placeholder).
     reset_min_tokens: int = Field(200, ge=1)
     # A follow-up question's evidence (from what earlier forms cut) takes at most this share of the room.
-    evidence: float = Field(0.1, ge=0, le=1)
+    evidence: float = Field(0.25, ge=0, le=1)
     # ... and, when this is set, this share of the pasted documents' tokens (a larger document, more
     # evidence: what sending it whole would cost grows with it), within that share of the room.
-    evidence_document: float = Field(0.0, ge=0, le=1)
+    evidence_document: float = Field(0.05, ge=0, le=1)
     # An Anthropic-style cache_control breakpoint on the last message of the previous request.
     breakpoint: bool = False
 
