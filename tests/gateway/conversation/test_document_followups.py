@@ -28,6 +28,8 @@ QUESTIONS = ("What does the assert statement do?", "What does pass do?", "What d
              "What does return do inside a generator?", "When is AssertionError raised?",
              "What does break leave?", "What happens when continue runs in a finally clause?")
 WINDOW = 16_000
+# Half the room a follow-up (not a share of the document), so a few follow-ups reach a reset.
+EVIDENCE = {"evidence": 0.5, "evidence_document": 0}
 
 
 def _config(upstream: str) -> dict[str, Any]:
@@ -35,7 +37,7 @@ def _config(upstream: str) -> dict[str, Any]:
         return {"model_name": name, "model_info": {"max_input_tokens": window}, "mixpr": mixpr,
                 "litellm_params": {"model": f"openai/{name}", "api_base": upstream, "api_key": "x"}}
 
-    models = [entry("budget", 32_000, budget_tokens=1000), entry("window", WINDOW, prefix={"evidence": 0.5})]
+    models = [entry("budget", 32_000, budget_tokens=1000), entry("window", WINDOW, prefix=EVIDENCE)]
     return {"model_list": models,
             "mixpr_settings": {"router": "heuristic", "token_margin": 0},
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
