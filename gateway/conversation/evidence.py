@@ -36,6 +36,9 @@ _LINE = re.compile(r"\n+")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+(?=\S)")
 LONG_LINE_CHARS = 300
 MIN_TOKENS = 64  # a block smaller than this is not worth its tags
+# A follow-up over a small document still gets this share of the room (what sizing by the room alone
+# gave every follow-up before sizing by the document).
+FLOOR_SHARE = 0.1
 TAG_TOKENS = 24  # the tags and gaps of one block, about
 
 
@@ -104,6 +107,15 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
         return "", 0
     block = f"{OPEN}\n{GAP.join(passages)}\n{CLOSE}"
     return block, count_tokens(block, model)
+
+
+def wanted(room: int, document: int, share: float, document_share: float) -> float:
+    """A follow-up's evidence in tokens: ``document_share`` of the pasted ``document``'s tokens (what
+    sending it whole costs grows with it), at least ``FLOOR_SHARE`` and at most ``share`` of the
+    ``room`` (capped by the most a model reads well); ``document_share`` 0: ``share`` of the room."""
+    if not document_share:
+        return room * share
+    return min(room * share, max(room * min(share, FLOOR_SHARE), document * document_share))
 
 
 def distinctive(question: str, earlier: list[str]) -> str:

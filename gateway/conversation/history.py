@@ -287,12 +287,9 @@ class History:
             if cut not in spent:
                 spent[cut] = _searched(plan, list(cut))
             more = plan.request.more_evidence if piece.message == last else 1.0
-            # A share of the room, and never more than that share of the most a model reads well;
-            # with ``evidence_document``, that share of the documents within it.
-            wanted = int(min(room, plan.request.settings.max_budget_tokens) * settings.evidence)
-            if settings.evidence_document:
-                wanted = min(wanted, int(settings.evidence_document * spent[cut].whole))
-            wanted = int(wanted * more)
+            wanted = int(evidence.wanted(min(room, plan.request.settings.max_budget_tokens),
+                                         spent[cut].whole, settings.evidence, settings.evidence_document)
+                         * more)
             cap = spent[cut].cap(wanted)
             if cap < evidence.MIN_TOKENS:  # the forms and the earlier blocks hold about all of it
                 continue
