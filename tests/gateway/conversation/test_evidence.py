@@ -37,9 +37,7 @@ def test_what_the_documents_form_already_holds_is_not_repeated() -> None:
 def test_a_follow_up_over_a_larger_document_gets_more_evidence_within_the_room() -> None:
     """Sized by the document (what sending it whole costs grows with it): twice the document, twice
     the evidence; a small document still gets a tenth of the room; never over the room's share."""
-    from gateway.conversation.evidence import wanted
-
-    room = 32_000
+    wanted, room = evidence.wanted, 32_000
     assert wanted(room, 140_000, 0.25, 0.05) == 2 * wanted(room, 70_000, 0.25, 0.05) == 7_000
     assert wanted(room, 20_000, 0.25, 0.05) == 3_200
     assert wanted(room, 400_000, 0.25, 0.05) == 8_000
