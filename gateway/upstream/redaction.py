@@ -1,7 +1,8 @@
 """What an upstream's error text may say of the operator's setup never reaches a client.
 
 Two nets. First, by exact value and in any case (an upstream may lowercase a model name, and a host
-is matched as the config spells it and as ``urlsplit`` lowercases it), everything of the operator's
+is matched as the config spells it and as ``urlsplit`` lowercases it; only a value that is a plain
+word, a model named ``slow``, is matched as spelled), everything of the operator's
 the gateway holds in its config or reads from the environment (:meth:`Redactor.from_config`): every
 key and secret, every base URL's host and user-info, every managed model file, and every upstream
 model name, which becomes the client's own alias for it (a 404 then still says which model: the one
@@ -16,6 +17,7 @@ redacted too often costs a word of an error message, one redacted too rarely lea
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -69,8 +71,9 @@ class Redactor:
     """Replaces each known value by what the client may see, then anything ``KEY_LIKE``."""
 
     def __init__(self, replacements: Mapping[str, str] | None = None) -> None:
-        # by lower case: the pattern matches in any case, and the match is looked up lowered
-        self.replacements = {k.lower(): v for k, v in (replacements or {}).items()}
+        self.replacements = dict(replacements or {})
+        # a value is looked up as the pattern matched it: lowered, but a plain word as it is spelled
+        self._lookup = {_folded(k): v for k, v in self.replacements.items()}
         self._pattern = _alternation(self.replacements)
 
     @classmethod
@@ -84,8 +87,19 @@ class Redactor:
 
     def __call__(self, text: str) -> str:
         if self._pattern is not None:
-            text = self._pattern.sub(lambda m: self.replacements.get(m.group(0).lower(), REDACTED), text)
+            text = self._pattern.sub(lambda m: self._lookup.get(_folded(m.group(0)), REDACTED), text)
         return KEY_LIKE.sub(_labelled, text)
+
+
+def _is_word(value: str) -> bool:
+    """A plain word (a model named ``slow``, ``echo``) is matched as it is spelled: in any case it
+    would take "Slow down." from every message. Keys, hosts and names like ``Qwen3-8B`` match in
+    any case."""
+    return value.isalpha()
+
+
+def _folded(value: str) -> str:
+    return value if _is_word(value) else value.lower()
 
 
 def _alternation(replacements: Mapping[str, str]) -> re.Pattern[str] | None:
@@ -94,8 +108,8 @@ def _alternation(replacements: Mapping[str, str]) -> re.Pattern[str] | None:
     if not replacements:
         return None
     values = sorted(replacements, key=len, reverse=True)
-    return re.compile(r"(?<![\w.\-])(?:" + "|".join(map(re.escape, values)) + r")(?![\w\-])",
-                      re.IGNORECASE)
+    each = [re.escape(v) if _is_word(v) else f"(?i:{re.escape(v)})" for v in values]
+    return re.compile(r"(?<![\w.\-])(?:" + "|".join(each) + r")(?![\w\-])")
 
 
 def _known(config: GatewayConfig) -> Iterator[tuple[str, str]]:
@@ -178,6 +192,26 @@ def install(config: GatewayConfig) -> None:
     global _current
     with _lock:
         _current = _current.merged(Redactor.from_config(config))
+
+
+def redact_body(raw: bytes) -> bytes:
+    """An upstream's error body with every string in it redacted: a JSON body keeps its shape (each
+    string redacted once decoded, so no escape is cut in two), any other is redacted as text."""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return redact(raw.decode("utf-8", errors="replace")).encode()
+    return json.dumps(_redacted(payload), ensure_ascii=False).encode()
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k): _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def redact(text: str) -> str:

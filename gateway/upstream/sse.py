@@ -11,6 +11,7 @@ failure never lands inside a half-sent one.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import aiohttp
 import anyio
 
 from gateway.errors import UpstreamError
-from gateway.upstream.statuses import transport_error
+from gateway.upstream.statuses import stream_error, transport_error
 
 log = logging.getLogger("gateway.upstream.sse")
 
@@ -93,6 +94,35 @@ def data(event: bytes) -> bytes:
     the colon, joined by LF (SSE's rule)."""
     values = [line[5:].removeprefix(b" ") for line in LINE_END.split(event) if line.startswith(b"data:")]
     return b"\n".join(values)
+
+
+ERROR_KEY = b'"error"'
+
+
+def error_of(event: bytes) -> Any | None:
+    """The ``error`` of an event whose data is an object with one (OpenAI's ``{"error": ...}``,
+    Anthropic's ``{"type": "error", "error": ...}``); None for any other event."""
+    if ERROR_KEY not in event:  # most events: no parse
+        return None
+    try:
+        payload = json.loads(data(event))
+    except ValueError:
+        return None
+    return payload.get("error") if isinstance(payload, dict) and payload.get("error") else None
+
+
+def error_event(event: bytes, *, anthropic: bool = False) -> bytes:
+    """``event`` as it came when it carries no error; else the error in the same shape (OpenAI's
+    ``data: {"error": ...}``, or Anthropic's ``event: error``), mapped and redacted as any other."""
+    error = error_of(event)
+    if error is None:
+        return event
+    mapped = stream_error(error)
+    if anthropic:
+        kind = error.get("type") if isinstance(error, dict) else None
+        payload = {"type": "error", "error": {"type": kind or "api_error", "message": mapped.message}}
+        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    return b"data: " + json.dumps(mapped.to_json()).encode() + b"\n\n"
 
 
 class Events:

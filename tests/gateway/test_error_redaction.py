@@ -148,3 +148,9 @@ def test_keys_and_hosts_read_from_the_environment_are_known() -> None:
                 "0123456789ABCDEF0123456789ABCDEF bad; /home/ops")
     assert "env-0001" not in out and "corp.example" not in out and "0123456789" not in out, out
     assert "/home/ops" in out  # not a key or a base URL
+
+
+def test_a_model_named_by_a_plain_word_is_matched_as_spelled() -> None:
+    """Matching in any case must not take "Slow down." from every message for a model named ``slow``."""
+    known = redaction.Redactor({"slow": "chat-slow", "Qwen3-8B": "local"})
+    assert known("Slow down: slow is busy; qwen3-8b too") == "Slow down: chat-slow is busy; local too"

@@ -73,15 +73,17 @@ def test_compact_is_relayed_to_an_openai_upstream(service: httpx.Client, upstrea
     assert seen.json == {**COMPACT_BODY, "model": "echo"}  # only the model's name changed
 
 
-@pytest.mark.parametrize("model, why", [("claude", "anthropic/compacting"), ("no-compact", "answered 404"),
-                                        ("nope", "does not exist")])
+@pytest.mark.parametrize("model, why", [("claude", "its provider has no compaction endpoint"),
+                                        ("no-compact", "answered 404"), ("nope", "does not exist")])
 def test_compact_without_an_upstream_for_it_is_a_clear_400(service: httpx.Client, model: str,
                                                            why: str) -> None:
-    """Never a 404 (which Codex reads as a broken endpoint): a 400 in the Responses error shape."""
+    """Never a 404 (which Codex reads as a broken endpoint): a 400 in the Responses error shape, which
+    names the client's alias, never the model it routes to (``anthropic/compacting``)."""
     response = service.post("/v1/responses/compact", json={**COMPACT_BODY, "model": model})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == "model" and why in error["message"]
+    assert "compacting" not in response.text
 
 
 def test_compact_bad_bodies_are_400(service: httpx.Client) -> None:
