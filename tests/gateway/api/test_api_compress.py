@@ -37,7 +37,8 @@ def _config(upstream: str) -> dict[str, Any]:
         return {"model_name": name, "model_info": {"max_input_tokens": window},
                 "litellm_params": {"model": f"openai/{name}", "api_base": upstream, "api_key": "sk-up"},
                 "mixpr": {"router": "heuristic", **mixpr}}
-    return {"model_list": [entry("agent", 200_000, prefix=FORMS), entry("small", 3000, budget_tokens=800)],
+    return {"model_list": [entry("agent", 200_000, prefix=FORMS), entry("small", 3000, budget_tokens=800),
+                           entry("agent-small", 5000, prefix={**FORMS, "reset_min_tokens": 100})],
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
                                  "compression_executor": "thread"}}
 
@@ -120,6 +121,25 @@ def test_a_server_fault_lets_the_rows_through(service: httpx.Client, monkeypatch
     assert body["messages"] == messages
     assert response.headers["x-mixpr-action"] == "passthrough"
     assert response.headers["x-mixpr-error"] == "overloaded"
+    # the documented fields all the same (LiteLLM logs "?" for a missing one): nothing saved
+    assert body["tokens_before"] == body["tokens_after"] > 1000 and body["tokens_saved"] == 0
+    assert body["compression_ratio"] == 1.0 and body["transforms_applied"] == []
+
+
+def test_a_reset_on_held_back_rows_is_reported(service: httpx.Client) -> None:
+    """LiteLLM sends no assistant rows, so the previous request is the rows less the newest: a step
+    whose answer changes a row given before says ``x-mixpr-reset: true``, and only such a step."""
+    answers: list[list[dict[str, Any]]] = []
+    reported = []
+    for messages in chat_loop(12)[1:]:
+        response, body = compress(service, held_back(messages), model="agent-small", max_tokens=200)
+        out = body["messages"]
+        reported.append(response.headers["x-mixpr-reset"] == "true")
+        if answers:
+            changed = out[: len(answers[-1])] != answers[-1]
+            assert reported[-1] == changed, (len(answers), reported[-1], changed)
+        answers.append(out)
+    assert any(reported), "the small window never reset: the test shows nothing"
 
 
 def test_short_history_comes_back_as_sent(service: httpx.Client) -> None:
