@@ -42,8 +42,10 @@ def keep_best(texts: Sequence[str], query: str, *, budget_tokens: int, route: st
     question = query.strip() if isinstance(query, str) else ""
     if not question:
         raise ValueError("MixPR needs the query to rank the documents' chunks; got an empty one")
-    if not isinstance(budget_tokens, int) or budget_tokens < 1:
+    if not budget.is_count(budget_tokens):
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be a str or None; got {type(model).__name__}")
     tokens = [count_tokens(text, model) for text in texts]
     if sum(tokens) <= budget_tokens:
         return [Kept([(0, len(t))] if t else [], t, n, n) for t, n in zip(texts, tokens, strict=True)]
