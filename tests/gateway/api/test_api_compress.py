@@ -38,7 +38,8 @@ def _config(upstream: str) -> dict[str, Any]:
                 "litellm_params": {"model": f"openai/{name}", "api_base": upstream, "api_key": "sk-up"},
                 "mixpr": {"router": "heuristic", **mixpr}}
     return {"model_list": [entry("agent", 200_000, prefix=FORMS), entry("small", 3000, budget_tokens=800),
-                           entry("agent-small", 5000, prefix={**FORMS, "reset_min_tokens": 100})],
+                           entry("agent-small", 5000, prefix={**FORMS, "reset_min_tokens": 100}),
+                           entry("agent-marked", 200_000, prefix={**FORMS, "breakpoint": True})],
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
                                  "compression_executor": "thread"}}
 
@@ -140,6 +141,20 @@ def test_a_reset_on_held_back_rows_is_reported(service: httpx.Client) -> None:
             assert reported[-1] == changed, (len(answers), reported[-1], changed)
         answers.append(out)
     assert any(reported), "the small window never reset: the test shows nothing"
+
+
+@pytest.mark.parametrize("rows", ["held back", "whole"])
+def test_no_breakpoint_is_added_to_rows_that_go_back_among_held_back_ones(service: httpx.Client,
+                                                                         rows: str) -> None:
+    """``prefix.breakpoint: true`` marks the previous request's last message on the proxy path. Here the
+    rows go back among rows the caller held back, whose own breakpoints (LiteLLM's, up to Anthropic's
+    4) this request cannot count: no row gains one, and none changes shape (a string stays a string)."""
+    for messages in chat_loop(5)[1:]:
+        sent = held_back(messages) if rows == "held back" else messages
+        _, body = compress(service, sent, model="agent-marked")
+        out = body["messages"]
+        assert "cache_control" not in str(out)
+        assert [type(m.get("content")) for m in out] == [type(m.get("content")) for m in sent]
 
 
 def test_short_history_comes_back_as_sent(service: httpx.Client) -> None:
