@@ -99,3 +99,26 @@ def test_nothing_of_the_operators_reaches_the_client(url: str, upstream: FakeUps
         assert secret.lower() not in seen, (secret, response.status_code, response.text)
     if route != "compress":  # compress sends nothing upstream (the heuristic router)
         assert '"error"' in seen, response.text  # the upstream's failure was reported, in the API's shape
+
+
+def _forms_computed(url: str) -> float:
+    text = httpx.get(url + "/metrics").text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("mixpr_message_forms_total"))
+
+
+def test_no_other_key_can_probe_what_was_sent_before(url: str, upstream: FakeUpstream) -> None:
+    """Issue 47's suspicion, settled: ``x-mixpr-new-forms`` and ``x-mixpr-prefix-*`` say whether a
+    text's forms were computed (or a prefix sent) before, by any caller. The gateway knows one client
+    credential, ``master_key``: whoever holds it is one principal (as for the provider's own prompt
+    cache, shared by the operator's key). Any other key, on every route, is refused before any work,
+    without an ``x-mixpr-*`` header and without a form computed or a byte sent upstream, so no one
+    outside that principal can ask."""
+    upstream.clear()
+    before = _forms_computed(url)
+    for path, body in ROUTES.values():
+        for headers in ({}, {"Authorization": "Bearer sk-someone-else"}, {"x-api-key": "sk-someone-else"}):
+            response = httpx.post(url + path, json={"model": "drip", **body}, headers=headers, timeout=60)
+            assert response.status_code == 401, (path, response.text)
+            assert not [k for k in response.headers if k.lower().startswith("x-mixpr")], path
+    assert _forms_computed(url) == before and upstream.received() == []
