@@ -119,8 +119,8 @@ def error_event(event: bytes, *, anthropic: bool = False) -> bytes:
         return event
     mapped = stream_error(error)
     if anthropic:
-        kind = error.get("type") if isinstance(error, dict) else None
-        payload = {"type": "error", "error": {"type": kind or "api_error", "message": mapped.message}}
+        # its own type (overloaded_error) kept, redacted as the message is
+        payload = {"type": "error", "error": {"type": mapped.error_type, "message": mapped.message}}
         return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
     return b"data: " + json.dumps(mapped.to_json()).encode() + b"\n\n"
 
