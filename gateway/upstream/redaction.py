@@ -8,8 +8,8 @@ key and secret, every base URL's host and user-info, every managed model file, a
 model name, which becomes the client's own alias for it (a 404 then still says which model: the one
 the client asked for). Second, text shaped like a credential the config does not hold
 (``KEY_LIKE``: a key another server quoted, AWS keys, any URL's user-info, an ``Authorization``
-header of any scheme). A bare hex run is a request id as often as a key: only a labelled one, or one
-the exact net knows, is redacted.
+header of any scheme, a private network's address). A bare hex run is a request id as often as a
+key: only a labelled one, or one the exact net knows, is redacted.
 
 One redactor per process, the union of every config an app was made from (``install``): a value
 redacted too often costs a word of an error message, one redacted too rarely leaks it.
@@ -49,6 +49,9 @@ KEY_LIKE = re.compile(
     r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
     # a URL's user-info: user:pass@, :pass@ (a password alone), token@ (a token as the user)
     r"|(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]+@"
+    # a private network's address (RFC 1918), with its port: the operator's, whether configured or not
+    r"|(?P<private>(?<![\w.])(?:10(?:\.\d{1,3}){3}|192\.168(?:\.\d{1,3}){2}|172\.(?:1[6-9]|2\d|3[01])"
+    r"(?:\.\d{1,3}){2})(?::\d{1,5})?(?![\w.]))"
     # a model file's path
     r"|(?P<file>(?:~|\b[A-Za-z]:)?(?:[/\\][\w.\-]+)+\.(?:gguf|ggml|safetensors|onnx|pth?|bin))\b",
     re.IGNORECASE,
@@ -63,6 +66,8 @@ ENV_SECRET = re.compile(r"(?:KEY|SECRET|TOKEN|PASSWORD|CREDENTIALS?)(?:_ID)?$")
 def _labelled(match: re.Match[str]) -> str:
     if match.group("file"):
         return PATH
+    if match.group("private"):
+        return HOST
     label = next((match.group(g) for g in LABELS if match.group(g)), "")
     return label + REDACTED + ("@" if match.group("scheme") else "")
 
