@@ -57,14 +57,16 @@ def keep_best(texts: Sequence[str], query: str, *, budget_tokens: int, route: st
     joined = f"{body}{_GAP}{question}"
     asked_tokens = count_tokens(_GAP + question, model)
 
-    def run(asked: int) -> list[Kept]:
-        found = engine.compress(joined, budget_tokens=asked, route=route, model=model,
+    def run(asked: int | None, top_k: int | None = None) -> list[Kept]:
+        found = engine.compress(joined, budget_tokens=asked, top_k=top_k, route=route, model=model,
                                 boundaries=[*starts[1:], len(body) + len(_GAP)],
                                 original_tokens=sum(tokens) + asked_tokens,
                                 query_span=(len(body) + len(_GAP), len(joined)))  # fmt: skip
         return _split(found.spans, texts, starts, tokens, model)
 
     kept = budget.shrink(run, _kept_tokens, budget_tokens, budget_tokens + asked_tokens)
+    if not _kept_tokens(kept) and any(text.strip() for text in texts):
+        kept = run(None, 1)  # no chunk fits whole: the best one, whose first tokens ``_cut`` keeps
     return kept if _kept_tokens(kept) <= budget_tokens else _cut(kept, texts, budget_tokens, model)
 
 

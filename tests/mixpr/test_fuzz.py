@@ -98,10 +98,14 @@ documents = st.lists(texts, min_size=1, max_size=5)
 @settings(PROFILE)
 @given(contents=documents, query=asked | st.text(min_size=1, max_size=40).filter(str.strip), budget=budgets)
 @example(contents=["x" * 3000, "", "门" * 900], query="value 7", budget=20)
+@example(contents=[haystack(300, {}, 1), haystack(40, {}, 2)], query="What is the vault code?",
+         budget=5)  # nothing kept (issue 47)
 def test_the_integrations_return_within_the_budget(contents, query, budget):
     docs = [Document(page_content=c, id=str(i)) for i, c in enumerate(contents)]
     kept = MixPRCompressor(budget_tokens=budget).compress_documents(docs, query)
     assert sum(count_tokens(d.page_content) for d in kept) <= budget
+    if "".join(contents).strip() and max(count_tokens(c) for c in set("".join(contents))) <= budget:
+        assert any(d.page_content for d in kept), budget  # the best chunk's first tokens, at least
     by_id = {d.id: d for d in docs}
     for doc in kept:
         if doc.page_content:
