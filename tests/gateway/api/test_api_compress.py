@@ -157,6 +157,22 @@ def test_no_breakpoint_is_added_to_rows_that_go_back_among_held_back_ones(servic
         assert [type(m.get("content")) for m in out] == [type(m.get("content")) for m in sent]
 
 
+def test_a_text_alone_tells_no_caller_whether_another_sent_it(service: httpx.Client) -> None:
+    """Issue 47's suspicion: ``x-mixpr-new-forms: 0`` says a row's form was found, computed before. A
+    form is a function of the row, what it answers and the task, so a caller who only has a text
+    (a file, a log) learns nothing of whether another conversation sent it: under its own task the
+    form is new. Only a caller who repeats the whole conversation (and so knows it) finds it."""
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": chat_loop(1)[0][-1]["content"]}
+    first = [{"role": "user", "content": "Find where the retry budget is set and halve it."}, tool]
+    response, _ = compress(service, first)
+    assert int(response.headers["x-mixpr-new-forms"]) >= 1
+    probe = [{"role": "user", "content": "Summarise this file for a newcomer."}, tool]
+    response, _ = compress(service, probe)
+    assert int(response.headers["x-mixpr-new-forms"]) >= 1
+    response, _ = compress(service, first)  # the same conversation again: found
+    assert response.headers["x-mixpr-new-forms"] == "0"
+
+
 def test_short_history_comes_back_as_sent(service: httpx.Client) -> None:
     messages = [{"role": "user", "content": "Look the falcon up."},
                 {"role": "tool", "tool_call_id": "t1", "content": "ERROR E503: archive unavailable"}]
