@@ -97,18 +97,23 @@ def data(event: bytes) -> bytes:
 
 
 ERROR_KEY = b'"error"'
+ERROR_NAME = re.compile(rb"(?:^|[\r\n])event:\s?error[\r\n]")
 
 
 def error_of(event: bytes) -> Any | None:
     """The ``error`` of an event whose data is an object with one (OpenAI's ``{"error": ...}``,
-    Anthropic's ``{"type": "error", "error": ...}``); None for any other event."""
-    if ERROR_KEY not in event:  # most events: no parse
+    Anthropic's ``{"type": "error", "error": ...}``), or of an ``event: error`` whatever its data
+    (plain text: the text); None for any other event."""
+    named = ERROR_NAME.search(event) is not None
+    if not named and ERROR_KEY not in event:  # most events: no parse
         return None
     try:
         payload = json.loads(data(event))
-    except ValueError:
-        return None
-    return payload.get("error") if isinstance(payload, dict) and payload.get("error") else None
+    except ValueError:  # not JSON: an error only when the event says so
+        return {"message": data(event).decode("utf-8", errors="replace")} if named else None
+    if isinstance(payload, dict) and payload.get("error"):
+        return payload["error"]
+    return payload if named else None
 
 
 def error_event(event: bytes, *, anthropic: bool = False) -> bytes:

@@ -9,9 +9,10 @@ short text. ``stream: true`` gets Anthropic's server-sent events as Claude Code 
 
 ``POST /v1/messages/count_tokens`` answers a rough count (characters / 4); a model named
 ``status-<code>`` gets that status with Anthropic's error body and ``retry-after: 7``. ``leak-text``,
-``leak-json`` and ``leak-midstream`` quote the operator's data (``fake_upstream.LEAK_TEXT`` and their
-own name, upper-cased): a plain-text 500; Anthropic's error body, a 500; and, streamed, an
-``event: error`` after ``message_start`` (a 529 error body when not streamed).
+``leak-json``, ``leak-midstream`` and ``leak-textstream`` quote the operator's data
+(``fake_upstream.LEAK_TEXT`` and their own name, upper-cased): a plain-text 500; Anthropic's error
+body, a 500; and, streamed, an ``event: error`` after ``message_start``, its data Anthropic's error
+object or the plain text (a 529 error body when not streamed).
 """
 
 from __future__ import annotations
@@ -109,8 +110,9 @@ class FakeAnthropic:
                 if model == "leak-json" or not stream:
                     return self._json(500 if model == "leak-json" else 529, error)
                 start = _events(_message(model, [], "end_turn", 1))[0]
-                events = [("message_start", start), ("error", error)]
-                data = "".join(f"event: {kind}\ndata: {json.dumps(e)}\n\n" for kind, e in events).encode()
+                events = [("message_start", json.dumps(start)),
+                          ("error", text if model == "leak-textstream" else json.dumps(error))]
+                data = "".join(f"event: {kind}\ndata: {e}\n\n" for kind, e in events).encode()
                 return self._raw(200, data, "text/event-stream")
 
             def _raw(self, status: int, data: bytes, content_type: str) -> None:

@@ -20,7 +20,8 @@ tests never race on shared state:
   a Groq key, a model file's path), as a self-hosted server's error page may; ``mode-leak-json``: the
   same text (and the model's name, upper-cased) in an OpenAI error body; ``mode-leak-midstream``: the
   same error object as an event after the first chunk (vLLM's ``data: {"error": ...}``), then
-  ``[DONE]``, and a JSON 500 when not streamed
+  ``[DONE]``, and a JSON 500 when not streamed; ``mode-leak-textstream``: the same, the error an
+  ``event: error`` with the text as its data
 * ``mode-usage-<kind>``: ``/responses/compact`` answers 200 with a ``usage`` the metrics cannot read
   (``na``: ``"n/a"``; ``string``: a string ``cached_tokens``; ``negative``: a negative iteration)
 * a model named ``ft:...``: OpenAI's 404 for a model that does not exist, naming it
@@ -190,11 +191,13 @@ class FakeUpstream:
             _write_raw(writer, 500, LEAK_TEXT.encode(), "text/plain")
             return True
         key = request.headers.get("authorization", "")[7:]  # quoted back, as OpenAI's 401 quotes it
-        if mode == "mode-leak-midstream" and body.get("stream"):
-            await _write_leak_stream(writer, leak_error(mode, key),
-                                     text=not request.path.endswith("/chat/completions"))
+        if mode in ("mode-leak-midstream", "mode-leak-textstream") and body.get("stream"):
+            error = leak_error(mode, key)
+            event = (b"event: error\ndata: " + error["message"].encode() if mode == "mode-leak-textstream"
+                     else b"data: " + json.dumps({"error": error}).encode()) + b"\n\n"
+            await _write_leak_stream(writer, mode, event, text=not request.path.endswith("/chat/completions"))
             return True
-        if mode in ("mode-leak-json", "mode-leak-midstream"):
+        if mode in ("mode-leak-json", "mode-leak-midstream", "mode-leak-textstream"):
             _write_json(writer, 500, {"error": leak_error(mode, key)})
             return True
         if mode.startswith("mode-usage-") and request.path.endswith("/responses/compact"):
@@ -325,17 +328,15 @@ def leak_error(model: str, key: str = "") -> dict[str, Any]:
             "param": None, "code": None}
 
 
-async def _write_leak_stream(writer: asyncio.StreamWriter, error: dict[str, Any], *, text: bool) -> None:
-    """A first chunk (a text completion's, or a chat one), then vLLM's error event, then [DONE]."""
+async def _write_leak_stream(writer: asyncio.StreamWriter, model: str, event: bytes, *, text: bool) -> None:
+    """A first chunk (a text completion's, or a chat one), then the error ``event``, then [DONE]."""
     writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
-    model = "mode-leak-midstream"
     first = _chunk(model, {"role": "assistant", "content": "Hel"}, None)
     if text:
         choice = {"index": 0, "text": "Hel", "logprobs": None, "finish_reason": None}
         chunk = {"id": "cmpl-fake", "object": "text_completion", "created": 1, "model": model,
                  "choices": [choice]}
         first = b"data: " + json.dumps(chunk).encode() + b"\n\n"
-    event = b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
     for piece in (first, event, b"data: [DONE]\n\n"):
         writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
     writer.write(b"0\r\n\r\n")

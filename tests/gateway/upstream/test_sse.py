@@ -209,3 +209,6 @@ def test_an_error_event_is_mapped_and_redacted_and_any_other_left_as_it_came() -
     out = sse.error_event(event, anthropic=True)
     assert out.startswith(b"event: error\n") and key.encode() not in out
     assert json.loads(sse.data(out))["error"]["type"] == "overloaded_error"
+    text = b"event: error\ndata: worker at 10.2.3.4 failed with key " + key.encode() + b"\n\n"
+    out = sse.error_event(text)  # plain text, named an error
+    assert key.encode() not in out and b"10.2.3.4" not in out and json.loads(sse.data(out))["error"]
