@@ -127,12 +127,13 @@ def test_a_server_fault_lets_the_rows_through(service: httpx.Client, monkeypatch
     assert body["compression_ratio"] == 1.0 and body["transforms_applied"] == []
 
 
-def test_a_reset_on_held_back_rows_is_reported(service: httpx.Client) -> None:
-    """LiteLLM sends no assistant rows, so the previous request is the rows less the newest: a step
-    whose answer changes a row given before says ``x-mixpr-reset: true``, and only such a step."""
+@pytest.mark.parametrize("parallel", [False, True], ids=["one call a step", "two calls a step"])
+def test_a_reset_on_held_back_rows_is_reported(service: httpx.Client, parallel: bool) -> None:
+    """LiteLLM sends no assistant rows, so the previous request is the rows less the newest exchange:
+    a step whose answer changes a row given before says ``x-mixpr-reset: true``, and only such a step."""
     answers: list[list[dict[str, Any]]] = []
     reported = []
-    for messages in chat_loop(12)[1:]:
+    for messages in chat_loop(8 if parallel else 12, parallel=parallel)[1:]:
         response, body = compress(service, held_back(messages), model="agent-small", max_tokens=200)
         out = body["messages"]
         reported.append(response.headers["x-mixpr-reset"] == "true")
