@@ -6,11 +6,14 @@ and never buffers a streamed body.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+log = logging.getLogger("gateway.metrics")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -152,8 +155,16 @@ class Metrics:
             self.reset_saving.labels(model, "realised").inc(realised)
 
     def record_usage(self, model: str, usage: dict[str, Any] | None) -> None:
-        """The upstream's prompt-cache accounting, OpenAI's or Anthropic's names."""
-        read, written = cached_tokens(usage)
+        """The upstream's prompt-cache accounting, OpenAI's or Anthropic's names. A usage the upstream
+        sent in another shape (``"n/a"``, a figure that is no count, a negative one) is logged and not
+        counted: the answer was billed, so it must still reach the client, never become a 500."""
+        try:
+            read, written = cached_tokens(usage)
+        except (TypeError, ValueError, AttributeError):
+            read = written = -1
+        if read < 0 or written < 0:
+            log.warning("the upstream's usage for %s is not in a shape the metrics read; not counted", model)
+            return
         if read:
             self.upstream_cached_tokens.labels(model, "read").inc(read)
         if written:

@@ -66,31 +66,41 @@ def compress(
 
     Raises ``ValueError`` with a one-line reason for a bad argument.
     """
-    _check(text, query, budget_tokens, top_k, route, kind)
+    _check(text, query, budget_tokens, top_k, route, kind, model)
     question = (query or "").strip()
     if kind is not None:  # within the budget (``mixpr.outputs``)
         return engine.compress(text, budget_tokens=budget_tokens, kind=kind, query=question, model=model)
-    if not question:
-        found = engine.compress(text, budget_tokens=budget_tokens, top_k=top_k, route=route, ask_llm=ask_llm,
-                                model=model)  # fmt: skip
-    else:
-        found = _with_question(text, question, budget_tokens, top_k, route, ask_llm, model)
+    found = _chosen(text, question, budget_tokens, top_k, route, ask_llm, model)
+    if top_k is None and not found.text.strip() and text.strip():
+        # Nothing fits whole (every chunk, or the question's, is over a small budget): the best
+        # chunk, whose first tokens ``_within`` keeps, not "".
+        found = _chosen(text, question, None, 1, route, ask_llm, model)
     return found if top_k is not None else _within(text, found, budget_tokens, model)
 
 
-def _check(text, query, budget_tokens, top_k, route, kind) -> None:
+def _chosen(text, question, budget_tokens, top_k, route, ask_llm, model) -> Compressed:
+    if question:
+        return _with_question(text, question, budget_tokens, top_k, route, ask_llm, model)
+    return engine.compress(text, budget_tokens=budget_tokens, top_k=top_k, route=route, ask_llm=ask_llm,
+                           model=model)  # fmt: skip
+
+
+def _check(text, query, budget_tokens, top_k, route, kind, model) -> None:
     if not isinstance(text, str):
         raise ValueError(f"text must be a str; got {type(text).__name__}")
     if query is not None and not isinstance(query, str):
         raise ValueError(f"query must be a str or None; got {type(query).__name__}")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be a str or None; got {type(model).__name__}")
+    if top_k is not None and not budget.is_count(top_k):  # True is an int to Python, never a count
+        raise ValueError(f"top_k must be a positive integer (or None); got {top_k!r}")
     if kind is not None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)} (or None for a document); got {kind!r}")
         if top_k is not None or route != "auto":
             raise ValueError("top_k and route are for documents (kind=None); "
                              "a tool output is cut to budget_tokens")
-    if top_k is None and (not isinstance(budget_tokens, int) or isinstance(budget_tokens, bool)
-                          or budget_tokens < 1):  # fmt: skip
+    if (top_k is None or budget_tokens is not None) and not budget.is_count(budget_tokens):
         raise ValueError(f"budget_tokens must be a positive integer (or give top_k); got {budget_tokens!r}")
 
 

@@ -17,7 +17,7 @@ from typing import TypeVar
 
 from mixpr.tokens import count_tokens, encoding_for
 
-__all__ = ["head_within", "join_spans", "shrink", "spans_within"]
+__all__ = ["head_within", "is_count", "join_spans", "shrink", "spans_within"]
 
 Found = TypeVar("Found")
 # Each round asks for less by a growing multiple of the excess, and lands within it in a few.
@@ -25,6 +25,12 @@ ROUNDS = 6
 # A head of n tokens is looked for in the text's first this many characters a token: tokens before the
 # window's end are the whole text's (but the last piece's), and the head is recounted anyway.
 _WINDOW_CHARS = 64
+
+
+def is_count(value: object) -> bool:
+    """A positive integer, as every budget and ``top_k`` must be: a bool is an int to Python, never a
+    count (``budget_tokens=True`` is a mistake, not one token)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def shrink(run: Callable[[int], Found], tokens: Callable[[Found], int], budget: int, asked: int,

@@ -38,7 +38,7 @@ from mixpr import (
     structure,
 )
 from mixpr import query as questions  # ``query`` is also compress()'s keyword
-from mixpr.budget import join_spans
+from mixpr.budget import is_count, join_spans
 from mixpr.chunking import Chunks, chunk_text
 from mixpr.embedding import bm25, counts_and_words, tfidf, unit_rows
 from mixpr.tokens import count_tokens
@@ -191,7 +191,7 @@ def _validate_kind(kind, budget_tokens, others) -> None:
         raise ValueError("query and source describe typed content: give kind too (e.g. kind='auto')")
     if kind not in kinds.KINDS:
         raise ValueError(f"kind must be one of {', '.join(kinds.KINDS)}; got {kind!r}")
-    if not isinstance(budget_tokens, int) or budget_tokens < 1:
+    if not is_count(budget_tokens):
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
     top_k, route, method, boundaries, query_span = others
     if top_k is not None or route != "auto" or method != "mixpr" or boundaries or query_span is not None:
@@ -218,9 +218,9 @@ def _validate(budget_tokens, top_k, route, method, query_span, length) -> None:
     if route not in ROUTES:
         raise ValueError(f"route must be one of {', '.join(ROUTES)}; got {route!r}")
     if top_k is not None:
-        if not isinstance(top_k, int) or top_k < 1:
+        if not is_count(top_k):
             raise ValueError(f"top_k must be a positive integer; got {top_k!r}")
-    elif not isinstance(budget_tokens, int) or budget_tokens < 1:
+    elif not is_count(budget_tokens):
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
     if query_span is not None and not _is_span(query_span, length):
         raise ValueError(f"query_span must be (start, end), 0 <= start < end <= {length}; got {query_span!r}")

@@ -17,7 +17,8 @@ The answer also says what was saved (``tokens_before``, ``tokens_after``, ``toke
 ``compression_ratio``: after over before), as LiteLLM logs and bills it, and carries the gateway's
 ``x-mixpr-*`` headers. No ``ccr_hashes``: nothing cut can be fetched again, so LiteLLM adds no
 retrieval tool. Compression that fails on the server lets the rows through unchanged (a 200, with
-``x-mixpr-error``): LiteLLM's default ``fail_closed`` would otherwise fail the user's request. Bad input,
+``x-mixpr-error``, and the same fields: the rows' tokens before and after): LiteLLM's default
+``fail_closed`` would otherwise fail the user's request. Bad input,
 a wrong key or a model the gateway does not know are the caller's errors (4xx).
 """
 
@@ -30,11 +31,13 @@ from starlette.responses import JSONResponse
 
 from gateway.api.common import authorized_body, parse_control
 from gateway.api.openai_chat import validate_messages
+from gateway.compress import messages as shape
 from gateway.compress.compressor import Outcome
 from gateway.core.chat import ChatCall, report_headers
 from gateway.core.guardrail import failed_headers, fails_open, reply_params
 from gateway.errors import BadRequest, GatewayError
 from gateway.run import offload
+from mixpr.tokens import count_tokens
 
 router = APIRouter()
 PATH = "/v1/compress"
@@ -60,8 +63,17 @@ async def compress(request: Request) -> JSONResponse:
     except GatewayError as exc:
         if not fails_open(exc):
             raise
-        return JSONResponse({"messages": messages}, headers=failed_headers(exc))
+        tokens = await offload.inline_or_run(offload.many(messages), _tokens, messages,
+                                             gateway.chat.entry(model).upstream_model)
+        unchanged = Outcome(messages, "passthrough", tokens, tokens)
+        return JSONResponse(answer(unchanged), headers={**report_headers(unchanged), **failed_headers(exc)})
     return JSONResponse(answer(outcome), headers=report_headers(outcome))
+
+
+def _tokens(messages: list[dict[str, Any]], model: str) -> int:
+    """The rows' text in ``model``'s tokens: what a failed compression reports as before and after, so
+    LiteLLM logs figures (it logs "?" for a missing field), not nothing."""
+    return sum(count_tokens(shape.text(m), model) for m in messages)
 
 
 def answer(outcome: Outcome) -> dict[str, Any]:

@@ -40,15 +40,15 @@ async def responses_compact(request: Request) -> Response:
     except ModelNotFound as exc:  # a 404 here reads as "no compaction endpoint" to clients
         raise BadRequest(exc.message, param="model", code="model_not_found") from exc
     to = compact.target(entry)
-    if to is None:
-        raise _unsupported(model, f"its upstream ({entry.upstream_model}) has no compaction endpoint")
+    if to is None:  # named by the client's alias: the model it routes to is the operator's
+        raise _unsupported(model, "its provider has no compaction endpoint")
     seconds = gateway.config.general_settings.request_timeout_s
-    status, content = await compact.relay(gateway.chat.http, to, body, seconds)
-    if status in (404, 405):  # an OpenAI-compatible server without the path
-        raise _unsupported(model, f"its upstream answered {status} for {compact.PATH}")
-    if status == 200:
-        gateway.metrics.record_usage(entry.model_name, _usage(content))
-    return Response(content, status_code=status, media_type="application/json")
+    try:
+        content = await compact.relay(gateway.chat.http, to, body, seconds)
+    except compact.NoEndpoint as exc:  # an OpenAI-compatible server without the path
+        raise _unsupported(model, str(exc)) from exc
+    gateway.metrics.record_usage(entry.model_name, _usage(content))
+    return Response(content, status_code=200, media_type="application/json")
 
 
 def _unsupported(model: str, why: str) -> BadRequest:

@@ -132,9 +132,8 @@ class History:
         plan.cost_mode = space.after is not None
         if plan.over_document:  # later questions bring their own evidence: a reset keeps less
             space = replace(space, fill=request.settings.prefix.document_fill)
-        ends = resets.turn_ends(request.messages)
         reach = resets.Reach(request.messages)
-        previous = ends[-2] if len(ends) > 1 else -1
+        previous = resets.previous_end(request.messages, held_back=request.conversation)
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
                              lambda: self._first_sight(plan, bridge, space.at),
                              _verbatim_first(request))
@@ -193,8 +192,7 @@ class History:
         """``outcome`` (the whole request compressed, after a failed build) reported as a reset
         unless the previous request's messages go as this instance sent them (or, not remembered, as
         the client wrote them, the only bytes known without the build); remembered as sent."""
-        ends = resets.turn_ends(request.messages)
-        previous = ends[-2] if len(ends) > 1 else -1
+        previous = resets.previous_end(request.messages, held_back=request.conversation)
         digests = [digest(m) for m in outcome.messages]
         prefixes = chain(request.messages, model_name)
         self.sent.put(prefixes[-1], digests)

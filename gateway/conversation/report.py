@@ -34,7 +34,10 @@ def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previo
         return fallback(plan, problems, original, final)
     same, basis = reused(plan, scanned, sent, previous, model_name, memory)
     kept = plan.constant + sum(sizes[:same]) if same else 0
-    sent = with_breakpoint(sent, previous, request.settings.prefix.breakpoint, request.tools)
+    # Never on /v1/compress's rows: they go back among rows the caller held back (whose own
+    # breakpoints this request cannot count toward Anthropic's 4), each in the shape it came.
+    wanted = request.settings.prefix.breakpoint and not request.conversation
+    sent = with_breakpoint(sent, previous, wanted, request.tools)
     # A reset: the previous request's messages are not all sent as they were (a reset point since
     # then, or, as remembered, other bytes: a changed max_tokens moves the points).
     moved = any(point > previous for point in scanned.points)

@@ -212,6 +212,16 @@ def turn_ends(messages: Sequence[dict[str, Any]]) -> list[int]:
     return [*ends, len(messages) - 1]
 
 
+def previous_end(messages: Sequence[dict[str, Any]], *, held_back: bool = False) -> int:
+    """Where the previous request of this conversation ended (-1: none). ``held_back``: the rows of
+    ``/v1/compress``, which LiteLLM sends without its assistant rows; there the previous request is
+    the rows less the newest, which the caller added since."""
+    ends = turn_ends(messages)
+    if held_back and len(ends) == 1:  # no assistant row to end a turn at
+        return len(messages) - 2
+    return ends[-2] if len(ends) > 1 else -1
+
+
 class Reach:
     """What a reset at message ``i`` may touch, for one request's messages, each answer in constant
     time (the scan asks at every message over the room): where the older part ends and where

@@ -43,7 +43,7 @@ from gateway.config import ModelEntry
 from gateway.errors import UpstreamError
 from gateway.upstream import http, shapes, sse
 from gateway.upstream.forward import ROUTER_ONLY_PARAMS, supported_params
-from gateway.upstream.statuses import ERROR_BODY_BYTES, status_error
+from gateway.upstream.statuses import ERROR_BODY_BYTES, status_error, stream_error
 
 log = logging.getLogger("gateway.upstream.relay")
 
@@ -180,7 +180,7 @@ class ChatEvents(sse.Events):
         if USAGE in event:
             self.last_usage = event
         self.done = event.rstrip().endswith(DONE)
-        return shapes.renamed_event(event, shapes.CHAT, self.model)
+        return shapes.renamed_event(sse.error_event(event), shapes.CHAT, self.model)
 
     def tail(self) -> bytes:
         return b"" if self.done else DONE + b"\n\n"
@@ -209,6 +209,8 @@ def _chunk(data: bytes) -> dict[str, Any]:
     if not isinstance(chunk, dict):
         raise UpstreamError("The upstream model sent a stream event that is not a JSON object.",
                             status_code=502, code="upstream_invalid_response")
+    if chunk.get("error"):  # an error event midway: the stream failed, as the openai SDK raises it
+        raise stream_error(chunk["error"])
     return chunk
 
 

@@ -19,6 +19,7 @@ import orjson
 from gateway.config import ModelEntry
 from gateway.upstream import http
 from gateway.upstream.chat_relay import OPENAI_BASE
+from gateway.upstream.statuses import answer_error
 
 PATH = "/responses/compact"
 
@@ -45,8 +46,31 @@ def target(entry: ModelEntry) -> Target | None:
     return Target(str(base).rstrip("/") + PATH, name, headers)
 
 
-async def relay(client: http.Client, to: Target, body: dict[str, Any], seconds: float) -> tuple[int, bytes]:
-    """The upstream's status and body for ``body`` (its own error body when it refused)."""
+async def relay(client: http.Client, to: Target, body: dict[str, Any], seconds: float) -> bytes:
+    """The upstream's answer to ``body``. A refusal raises what the chat path raises for the same
+    answer (``statuses.answer_error``: mapped, redacted, 401/403 the gateway's 502
+    ``upstream_auth_failed``), but for a 404/405 that does not name the model: a server without the
+    path, :class:`NoEndpoint`."""
     response = await client.post(to.url, orjson.dumps({**body, "model": to.model}), to.headers,
                                  http.phases(seconds))
-    return response.status, await http.read(response)
+    content = await http.read(response)
+    if 200 <= response.status < 300:
+        return content
+    if response.status in (404, 405) and not _names_model(content, to.model):
+        raise NoEndpoint(response.status)
+    raise answer_error(to.url, to.model, response.status, response.headers, content)
+
+
+class NoEndpoint(Exception):
+    """The upstream answered 404 or 405 for the path itself: it has no compaction endpoint."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"its upstream answered {status} for {PATH}")
+        self.status = status
+
+
+def _names_model(content: bytes, model: str) -> bool:
+    """Whether a 404's body is about the model (OpenAI's ``model_not_found``, naming it in any case),
+    not the path."""
+    text = content.decode("utf-8", errors="replace").lower()
+    return "model_not_found" in text or model.lower() in text

@@ -278,9 +278,9 @@ def map_error(exc: BaseException) -> GatewayError:
     if status in AUTH_STATUSES:
         return auth_failed(status)
     error = _upstream_error_object(exc, status)
-    error["message"] = redact(error["message"])
-    if isinstance(error.get("param"), str):
-        error["param"] = redact(error["param"])
+    for field in ("message", "param", "type", "code"):  # every string the upstream chose
+        if isinstance(error.get(field), str):
+            error[field] = redact(error[field])
     if status == 500 and _is_mislabelled_validation(error):
         status, error = 400, _validation_error(error["message"])
     return UpstreamError(error["message"], status_code=status, error_type=error["type"],

@@ -1,10 +1,15 @@
 """What an upstream's error text may say of the operator's setup never reaches a client.
 
-Two nets. First, by exact value, everything of the operator's the gateway holds in its config
-(:meth:`Redactor.from_config`): every key and secret, every base URL's host and user-info, every
-managed model file, and every upstream model name, which becomes the client's own alias for it (a 404
-then still says which model: the one the client asked for). Second, text shaped like a credential
-the config does not hold (``KEY_LIKE``: a key another server quoted, a URL with a password).
+Two nets. First, by exact value and in any case (an upstream may lowercase a model name, and a host
+is matched as the config spells it and as ``urlsplit`` lowercases it; only a value that is a plain
+word, a model named ``slow``, is matched as spelled), everything of the operator's
+the gateway holds in its config or reads from the environment (:meth:`Redactor.from_config`): every
+key and secret, every base URL's host and user-info, every managed model file, and every upstream
+model name, which becomes the client's own alias for it (a 404 then still says which model: the one
+the client asked for). Second, text shaped like a credential the config does not hold
+(``KEY_LIKE``: a key another server quoted, AWS keys, any URL's user-info, an ``Authorization``
+header of any scheme, a private network's address). A bare hex run is a request id as often as a
+key: only a labelled one, or one the exact net knows, is redacted.
 
 One redactor per process, the union of every config an app was made from (``install``): a value
 redacted too often costs a word of an error message, one redacted too rarely leaks it.
@@ -12,6 +17,8 @@ redacted too often costs a word of an error message, one redacted too rarely lea
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import threading
 from collections.abc import Iterator, Mapping
@@ -28,22 +35,39 @@ SECRET_WORDS = ("key", "secret", "token", "password", "credential")
 
 KEY_LIKE = re.compile(
     r"(?P<sk>\bsk-)[\w\-*]{4,}"  # OpenAI's sk-..., sk-proj-...; Anthropic's sk-ant-...
-    r"|(?P<prefix>\b(?:xai-|hf_|gsk_|pplx-|r8_))[\w\-]{16,}"  # xAI, Hugging Face, Groq, Perplexity, Replicate
+    # xAI, Hugging Face, Groq, Perplexity, Replicate, GitHub, GitLab, Slack
+    r"|(?P<prefix>\b(?:xai-|hf_|gsk_|pplx-|r8_|gh[pousr]_|github_pat_|glpat-|xox[abpr]-))[\w\-]{16,}"
     r"|\bAIza[\w\-]{35}"  # Google's API keys
-    r"|(?P<bearer>\b(?:Bearer|Basic)\s+)[\w\-.~+/]{8,}=*"  # Authorization: Bearer <token>, Basic <b64>
+    r"|(?-i:\b(?:AKIA|ASIA)[0-9A-Z]{16}\b)"  # AWS access key ids (upper case: a word is never one)
+    # an Authorization header of any scheme (Token, Digest, ...), or none
+    r"|(?P<auth>\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?(?:[a-z][\w\-]*\s+)?)[^\s\"',;]{4,}"
+    r"|(?P<bearer>\b(?:Bearer|Basic)\s+)[\w\-.~+/]{8,}=*"  # Bearer <token>, Basic <b64>, unlabelled
     # Azure's api-key: 32 hex, and any 32+ hex run labelled as a key, token or secret
     r"|(?P<azure>\b(?:api[-_ ]?key|key|token|secret)[\"']?\s*[:=]?\s*[\"']?)[0-9a-fA-F]{32,}\b"
-    r"|(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^\s/:@]+:[^\s/@]+@"  # user:pass@ in a URL
+    # an AWS secret key: 40 base64 characters, labelled
+    r"|(?P<aws>\b(?:aws[-_ ]?)?secret[-_ ]?(?:access[-_ ]?)?key[\"']?\s*[:=]?\s*[\"']?)"
+    r"[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"
+    # a URL's user-info: user:pass@, :pass@ (a password alone), token@ (a token as the user)
+    r"|(?P<scheme>\b[a-z][a-z0-9+.\-]*://)[^\s/?#@\"'<>]+@"
+    # a private network's address (RFC 1918), with its port: the operator's, whether configured or not
+    r"|(?P<private>(?<![\w.])(?:10(?:\.\d{1,3}){3}|192\.168(?:\.\d{1,3}){2}|172\.(?:1[6-9]|2\d|3[01])"
+    r"(?:\.\d{1,3}){2})(?::\d{1,5})?(?![\w.]))"
     # a model file's path
     r"|(?P<file>(?:~|\b[A-Za-z]:)?(?:[/\\][\w.\-]+)+\.(?:gguf|ggml|safetensors|onnx|pth?|bin))\b",
     re.IGNORECASE,
 )
-LABELS = ("sk", "prefix", "bearer", "azure", "scheme")
+LABELS = ("sk", "prefix", "auth", "bearer", "azure", "aws", "scheme")
+# Environment variables LiteLLM and the relays read: their values are the operator's as much as the
+# config's (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``AWS_SECRET_ACCESS_KEY``, ...).
+ENV_URL = re.compile(r"_(?:API_BASE|BASE_URL|API_URL|ENDPOINT)$")
+ENV_SECRET = re.compile(r"(?:KEY|SECRET|TOKEN|PASSWORD|CREDENTIALS?)(?:_ID)?$")
 
 
 def _labelled(match: re.Match[str]) -> str:
     if match.group("file"):
         return PATH
+    if match.group("private"):
+        return HOST
     label = next((match.group(g) for g in LABELS if match.group(g)), "")
     return label + REDACTED + ("@" if match.group("scheme") else "")
 
@@ -53,19 +77,34 @@ class Redactor:
 
     def __init__(self, replacements: Mapping[str, str] | None = None) -> None:
         self.replacements = dict(replacements or {})
+        # a value is looked up as the pattern matched it: lowered, but a plain word as it is spelled
+        self._lookup = {_folded(k): v for k, v in self.replacements.items()}
         self._pattern = _alternation(self.replacements)
 
     @classmethod
-    def from_config(cls, config: GatewayConfig) -> Redactor:
-        return cls(dict(_known(config)))
+    def from_config(cls, config: GatewayConfig, environ: Mapping[str, str] | None = None) -> Redactor:
+        """Everything of the operator's in ``config`` and in ``environ`` (the process's by default)."""
+        found = [*_environment(os.environ if environ is None else environ), *_known(config)]
+        return cls(dict(found))
 
     def merged(self, other: Redactor) -> Redactor:
         return Redactor({**self.replacements, **other.replacements})
 
     def __call__(self, text: str) -> str:
         if self._pattern is not None:
-            text = self._pattern.sub(lambda m: self.replacements[m.group(0)], text)
+            text = self._pattern.sub(lambda m: self._lookup.get(_folded(m.group(0)), REDACTED), text)
         return KEY_LIKE.sub(_labelled, text)
+
+
+def _is_word(value: str) -> bool:
+    """A plain word (a model named ``slow``, ``echo``) is matched as it is spelled: in any case it
+    would take "Slow down." from every message. Keys, hosts and names like ``Qwen3-8B`` match in
+    any case."""
+    return value.isalpha()
+
+
+def _folded(value: str) -> str:
+    return value if _is_word(value) else value.lower()
 
 
 def _alternation(replacements: Mapping[str, str]) -> re.Pattern[str] | None:
@@ -74,7 +113,8 @@ def _alternation(replacements: Mapping[str, str]) -> re.Pattern[str] | None:
     if not replacements:
         return None
     values = sorted(replacements, key=len, reverse=True)
-    return re.compile(r"(?<![\w.\-])(?:" + "|".join(map(re.escape, values)) + r")(?![\w\-])")
+    each = [re.escape(v) if _is_word(v) else f"(?i:{re.escape(v)})" for v in values]
+    return re.compile(r"(?<![\w.\-])(?:" + "|".join(each) + r")(?![\w\-])")
 
 
 def _known(config: GatewayConfig) -> Iterator[tuple[str, str]]:
@@ -92,6 +132,15 @@ def _known(config: GatewayConfig) -> Iterator[tuple[str, str]]:
             if name != entry.model_name:
                 yield name, entry.model_name
         yield from _managed(entry.managed_server or {})
+
+
+def _environment(environ: Mapping[str, str]) -> Iterator[tuple[str, str]]:
+    for name, value in environ.items():
+        upper = name.upper()
+        if ENV_URL.search(upper):
+            yield from _url(value)
+        elif ENV_SECRET.search(upper):
+            yield from _secret(value)
 
 
 def _param(key: str, value: Any) -> Iterator[tuple[str, str]]:
@@ -119,7 +168,7 @@ def _url(value: str) -> Iterator[tuple[str, str]]:
         userinfo = parts.netloc.rsplit("@", 1)[0]
         yield userinfo, REDACTED
         yield from _secret(parts.password)
-    if host:
+    if host:  # as urlsplit lowercases it, and as the config spells it (the pattern ignores case)
         yield host, HOST
         if port is not None:
             yield f"{host}:{port}", HOST
@@ -148,6 +197,26 @@ def install(config: GatewayConfig) -> None:
     global _current
     with _lock:
         _current = _current.merged(Redactor.from_config(config))
+
+
+def redact_body(raw: bytes) -> bytes:
+    """An upstream's error body with every string in it redacted: a JSON body keeps its shape (each
+    string redacted once decoded, so no escape is cut in two), any other is redacted as text."""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        return redact(raw.decode("utf-8", errors="replace")).encode()
+    return json.dumps(_redacted(payload), ensure_ascii=False).encode()
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k): _redacted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redacted(v) for v in value]
+    return value
 
 
 def redact(text: str) -> str:

@@ -22,7 +22,7 @@ import litellm
 
 from gateway.config import ModelEntry
 from gateway.run import offload
-from gateway.upstream import forward, http, shapes, sse
+from gateway.upstream import forward, http, redaction, shapes, sse
 from gateway.upstream.betas import Betas
 
 DEFAULT_BASE = "https://api.anthropic.com"
@@ -76,18 +76,20 @@ async def send(client: http.Client, entry: ModelEntry, body: dict[str, Any], hea
                query: str, timeout: float, model: str) -> Relayed:
     """POST ``body`` to ``entry``'s Messages endpoint through the app's upstream ``client``. A streamed
     answer is handed back open (read its ``stream`` to the end, or close it); an error status comes
-    back with the upstream's body, except 401/403 (``forward.auth_failed``: the operator's
-    credentials, whose error text never reaches a client). ``model`` is the name the answer gives."""
+    back with the upstream's body redacted (``redaction.redact_body``), except 401/403
+    (``forward.auth_failed``: the operator's credentials, whose error text never reaches a client).
+    ``model`` is the name the answer gives."""
     data = await offload.inline_or_run(offload.is_big(body), _encoded, body)
     response = await client.post(url(entry, query), data, headers, http.phases(timeout))
     passed = {k: v for k, v in response.headers.items() if k.lower() in REPLY_HEADERS}
     if response.status in forward.AUTH_STATUSES:
         await http.read(response, 0)
         raise forward.auth_failed(response.status)
-    if response.status >= 400 or not body.get("stream"):
-        content = await http.read(response)
-        if response.status < 400:
-            content = shapes.renamed(content, shapes.MESSAGE, model)
+    if response.status >= 400:  # Anthropic's own error shape, its text redacted as on every path
+        return Relayed(response.status, {**passed, "content-type": "application/json"},
+                       content=_error_body(response.status, await http.read(response)))
+    if not body.get("stream"):
+        content = shapes.renamed(await http.read(response), shapes.MESSAGE, model)
         return Relayed(response.status, passed, content=content)
     return Relayed(response.status, passed,
                    stream=MessageEvents(response, model, client.policy.max_event_bytes))
@@ -104,7 +106,21 @@ class MessageEvents(sse.Events):
 
     def edit(self, event: bytes) -> bytes:
         self.ended_well = self.ended_well or b"message_stop" in event
-        return shapes.renamed_event(event, shapes.MESSAGE_EVENT, self.model)
+        return shapes.renamed_event(sse.error_event(event, anthropic=True), shapes.MESSAGE_EVENT, self.model)
+
+
+def _error_body(status: int, raw: bytes) -> bytes:
+    """The upstream's error body redacted; a body that is not Anthropic's JSON (a proxy's error page)
+    in Anthropic's error shape, which the client parses."""
+    try:
+        is_anthropic_error = isinstance(json.loads(raw), dict)
+    except ValueError:
+        is_anthropic_error = False
+    if is_anthropic_error:
+        return redaction.redact_body(raw)
+    kind = "api_error" if status >= 500 else "invalid_request_error"
+    text = raw.decode("utf-8", errors="replace").strip() or f"Upstream error ({status})."
+    return _encoded({"type": "error", "error": {"type": kind, "message": redaction.redact(text)}})
 
 
 def _encoded(body: dict[str, Any]) -> bytes:

@@ -11,6 +11,7 @@ failure never lands inside a half-sent one.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import AsyncIterator
@@ -20,7 +21,7 @@ import aiohttp
 import anyio
 
 from gateway.errors import UpstreamError
-from gateway.upstream.statuses import transport_error
+from gateway.upstream.statuses import stream_error, transport_error
 
 log = logging.getLogger("gateway.upstream.sse")
 
@@ -93,6 +94,40 @@ def data(event: bytes) -> bytes:
     the colon, joined by LF (SSE's rule)."""
     values = [line[5:].removeprefix(b" ") for line in LINE_END.split(event) if line.startswith(b"data:")]
     return b"\n".join(values)
+
+
+ERROR_KEY = b'"error"'
+ERROR_NAME = re.compile(rb"(?:^|[\r\n])event:\s?error[\r\n]")
+
+
+def error_of(event: bytes) -> Any | None:
+    """The ``error`` of an event whose data is an object with one (OpenAI's ``{"error": ...}``,
+    Anthropic's ``{"type": "error", "error": ...}``), or of an ``event: error`` whatever its data
+    (plain text: the text); None for any other event."""
+    named = ERROR_NAME.search(event) is not None
+    if not named and ERROR_KEY not in event:  # most events: no parse
+        return None
+    try:
+        payload = json.loads(data(event))
+    except ValueError:  # not JSON: an error only when the event says so
+        return {"message": data(event).decode("utf-8", errors="replace")} if named else None
+    if isinstance(payload, dict) and payload.get("error"):
+        return payload["error"]
+    return payload if named else None
+
+
+def error_event(event: bytes, *, anthropic: bool = False) -> bytes:
+    """``event`` as it came when it carries no error; else the error in the same shape (OpenAI's
+    ``data: {"error": ...}``, or Anthropic's ``event: error``), mapped and redacted as any other."""
+    error = error_of(event)
+    if error is None:
+        return event
+    mapped = stream_error(error)
+    if anthropic:
+        # its own type (overloaded_error) kept, redacted as the message is
+        payload = {"type": "error", "error": {"type": mapped.error_type, "message": mapped.message}}
+        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+    return b"data: " + json.dumps(mapped.to_json()).encode() + b"\n\n"
 
 
 class Events:

@@ -1,10 +1,17 @@
 """What an upstream's answer or failure means for the client: the raw relays' statuses and errors
 mapped as ``forward.map_error`` maps the exceptions the openai SDK (and so LiteLLM) raises for them,
-so a client sees the same status and body on the relays' path as on LiteLLM's."""
+so a client sees the same status and body on the relays' path as on LiteLLM's.
+
+This is the one exit of every upstream answer that is not a success: a non-2xx answer
+(:func:`status_error`, :func:`answer_error`), an error event in the middle of a stream
+(:func:`stream_error`, and ``sse.error_event`` for the event itself: vLLM sends
+``data: {"error": ...}`` after a chunk, Anthropic ``event: error``), all through ``map_error``'s
+mapping and ``redaction``."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -26,16 +33,20 @@ STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
 
 
 def status_error(url: str, model: str, response: aiohttp.ClientResponse, raw: bytes) -> GatewayError:
+    """:func:`answer_error` of an aiohttp ``response`` whose body was ``raw``."""
+    return answer_error(url, model, response.status, response.headers, raw)
+
+
+def answer_error(url: str, model: str, status: int, headers: Mapping[str, str], raw: bytes) -> GatewayError:
     """What ``map_error`` makes of the exception the openai SDK raises for this answer: the status,
     Retry-After and the upstream's own error object. 401 and 403 are the operator's credentials
     (``forward.auth_failed``); 408 and 504 the upstream timing out, a 504 ``upstream_timeout`` as
     LiteLLM maps them. (For 502 and 503 LiteLLM drops the upstream's error object and its path
     answers with LiteLLM's message; the relay keeps it.)"""
-    status = response.status
     request = httpx.Request("POST", url)
     if status in (408, 504):
         return map_error(openai.APITimeoutError(request=request))
-    answer = httpx.Response(status, headers=list(response.headers.items()), content=raw, request=request)
+    answer = httpx.Response(status, headers=list(headers.items()), content=raw, request=request)
     text = raw.decode("utf-8", errors="replace").strip()
     payload: Any = text
     try:
@@ -54,6 +65,17 @@ def status_error(url: str, model: str, response: aiohttp.ClientResponse, raw: by
     fallback = openai.InternalServerError if status >= 500 else openai.APIStatusError
     kind = STATUS_ERRORS.get(status) or fallback
     return map_error(kind(message, response=answer, body=data))
+
+
+def stream_error(error: Any) -> GatewayError:
+    """A mid-stream error event's ``error`` object as ``map_error`` maps the ``APIError`` the openai SDK
+    raises for it: its own type and code, its message redacted, a 502."""
+    body = error if isinstance(error, dict) else {"message": str(error)}
+    message = body.get("message")
+    if not isinstance(message, str):
+        body = {**body, "message": "The upstream model failed during the stream."}
+    request = httpx.Request("POST", "http://upstream/")
+    return map_error(openai.APIError(body["message"], request, body=body))
 
 
 def transport_error(exc: BaseException) -> GatewayError:

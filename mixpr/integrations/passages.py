@@ -42,8 +42,10 @@ def keep_best(texts: Sequence[str], query: str, *, budget_tokens: int, route: st
     question = query.strip() if isinstance(query, str) else ""
     if not question:
         raise ValueError("MixPR needs the query to rank the documents' chunks; got an empty one")
-    if not isinstance(budget_tokens, int) or budget_tokens < 1:
+    if not budget.is_count(budget_tokens):
         raise ValueError(f"budget_tokens must be a positive integer; got {budget_tokens!r}")
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model must be a str or None; got {type(model).__name__}")
     tokens = [count_tokens(text, model) for text in texts]
     if sum(tokens) <= budget_tokens:
         return [Kept([(0, len(t))] if t else [], t, n, n) for t, n in zip(texts, tokens, strict=True)]
@@ -55,14 +57,16 @@ def keep_best(texts: Sequence[str], query: str, *, budget_tokens: int, route: st
     joined = f"{body}{_GAP}{question}"
     asked_tokens = count_tokens(_GAP + question, model)
 
-    def run(asked: int) -> list[Kept]:
-        found = engine.compress(joined, budget_tokens=asked, route=route, model=model,
+    def run(asked: int | None, top_k: int | None = None) -> list[Kept]:
+        found = engine.compress(joined, budget_tokens=asked, top_k=top_k, route=route, model=model,
                                 boundaries=[*starts[1:], len(body) + len(_GAP)],
                                 original_tokens=sum(tokens) + asked_tokens,
                                 query_span=(len(body) + len(_GAP), len(joined)))  # fmt: skip
         return _split(found.spans, texts, starts, tokens, model)
 
     kept = budget.shrink(run, _kept_tokens, budget_tokens, budget_tokens + asked_tokens)
+    if not _kept_tokens(kept) and any(text.strip() for text in texts):
+        kept = run(None, 1)  # no chunk fits whole: the best one, whose first tokens ``_cut`` keeps
     return kept if _kept_tokens(kept) <= budget_tokens else _cut(kept, texts, budget_tokens, model)
 
 

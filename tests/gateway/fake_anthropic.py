@@ -8,7 +8,11 @@ short text. ``stream: true`` gets Anthropic's server-sent events as Claude Code 
 ``message_start``, one ``content_block_*`` run per block, ``message_delta`` and ``message_stop``.
 
 ``POST /v1/messages/count_tokens`` answers a rough count (characters / 4); a model named
-``status-<code>`` gets that status with Anthropic's error body and ``retry-after: 7``.
+``status-<code>`` gets that status with Anthropic's error body and ``retry-after: 7``. ``leak-text``,
+``leak-json``, ``leak-midstream`` and ``leak-textstream`` quote the operator's data
+(``fake_upstream.LEAK_TEXT`` and their own name, upper-cased): a plain-text 500; Anthropic's error
+body, a 500; and, streamed, an ``event: error`` after ``message_start``, its data Anthropic's error
+object or the plain text (a 529 error body when not streamed).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from http import server as http_server
 from typing import Any
+
+from fake_upstream import LEAK_TEXT
 
 FINAL_TEXT = "All files read."
 SHORT_TEXT = "Noted."
@@ -76,6 +82,8 @@ class FakeAnthropic:
                 if model.startswith("status-"):  # Anthropic's error body, with Retry-After
                     error = {"type": "error", "error": {"type": "rate_limit_error", "message": "Slow down."}}
                     return self._json(int(model[7:]), error, {"retry-after": "7"})
+                if model.startswith("leak-"):
+                    return self._leak(model, bool(body.get("stream")), self.headers.get("x-api-key", ""))
                 blocks, stop = fake.answer(body)
                 message = _message(body.get("model", "fake"), blocks, stop, len(raw) // 4)
                 if model.startswith("compacting"):  # compacted first (context_management), then answered
@@ -90,6 +98,26 @@ class FakeAnthropic:
                 for name, value in (headers or {}).items():
                     self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _leak(self, model: str, stream: bool, key: str) -> None:
+                text = f"{LEAK_TEXT} serving {model.upper()} for key {key}"
+                error = {"type": "error", "error": {"type": "api_error", "message": text}}
+                if model == "leak-text":
+                    return self._raw(500, text.encode(), "text/plain")
+                if model == "leak-json" or not stream:
+                    return self._json(500 if model == "leak-json" else 529, error)
+                start = _events(_message(model, [], "end_turn", 1))[0]
+                events = [("message_start", json.dumps(start)),
+                          ("error", text if model == "leak-textstream" else json.dumps(error))]
+                data = "".join(f"event: {kind}\ndata: {e}\n\n" for kind, e in events).encode()
+                return self._raw(200, data, "text/event-stream")
+
+            def _raw(self, status: int, data: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)

@@ -17,7 +17,13 @@ tests never race on shared state:
   ``mode-text-NNN``: status NNN with a plain-text body (a proxy's error page);
   ``mode-context-400``: llama.cpp's 400 for a prompt longer than its window
 * ``mode-leak-500``: a plain-text 500 quoting operator data (``LEAK_TEXT``: a private base URL,
-  a Groq key, a model file's path), as a self-hosted server's error page may
+  a Groq key, a model file's path), as a self-hosted server's error page may; ``mode-leak-json``: the
+  same text (and the model's name, upper-cased) in an OpenAI error body; ``mode-leak-midstream``: the
+  same error object as an event after the first chunk (vLLM's ``data: {"error": ...}``), then
+  ``[DONE]``, and a JSON 500 when not streamed; ``mode-leak-textstream``: the same, the error an
+  ``event: error`` with the text as its data
+* ``mode-usage-<kind>``: ``/responses/compact`` answers 200 with a ``usage`` the metrics cannot read
+  (``na``: ``"n/a"``; ``string``: a string ``cached_tokens``; ``negative``: a negative iteration)
 * a model named ``ft:...``: OpenAI's 404 for a model that does not exist, naming it
 * ``mode-openai-401``: OpenAI's real 401 for a wrong key (it quotes the key's first and last characters)
 * ``mode-llama-invalid``: the 500 that llama_cpp.server sends for a request it cannot validate
@@ -184,6 +190,19 @@ class FakeUpstream:
         if mode == "mode-leak-500":
             _write_raw(writer, 500, LEAK_TEXT.encode(), "text/plain")
             return True
+        key = request.headers.get("authorization", "")[7:]  # quoted back, as OpenAI's 401 quotes it
+        if mode in ("mode-leak-midstream", "mode-leak-textstream") and body.get("stream"):
+            error = leak_error(mode, key)
+            event = (b"event: error\ndata: " + error["message"].encode() if mode == "mode-leak-textstream"
+                     else b"data: " + json.dumps({"error": error}).encode()) + b"\n\n"
+            await _write_leak_stream(writer, mode, event, text=not request.path.endswith("/chat/completions"))
+            return True
+        if mode in ("mode-leak-json", "mode-leak-midstream", "mode-leak-textstream"):
+            _write_json(writer, 500, {"error": leak_error(mode, key)})
+            return True
+        if mode.startswith("mode-usage-") and request.path.endswith("/responses/compact"):
+            _write_json(writer, 200, {**COMPACTED, "usage": ODD_USAGE[mode[len("mode-usage-"):]]})
+            return True
         if mode.startswith("ft:"):  # OpenAI's own 404, which names the model it was sent
             error = {"message": f"The model `{mode}` does not exist or you do not have access to it.",
                      "type": "invalid_request_error", "param": None, "code": "model_not_found"}
@@ -296,6 +315,34 @@ LEAK_KEY = "gsk_" + "Q7w" * 16  # a Groq-shaped key
 LEAK_PATH = "/srv/models/acme-internal-7b.Q4_K_M.gguf"
 LEAK_TEXT = (f"upstream {LEAK_BASE} failed: worker with key {LEAK_KEY} could not load {LEAK_PATH} "
              "(also tried https://ops:hunter2@mirror.internal:8443/v1, token hf_" + "x" * 34 + ")")
+ODD_USAGE: dict[str, Any] = {
+    "na": "n/a", "string": {"input_tokens": 9, "input_tokens_details": {"cached_tokens": "n/a"}},
+    "negative": {"input_tokens": 9, "iterations": [{"type": "compaction", "cache_read_input_tokens": -5}]},
+}
+
+
+def leak_error(model: str, key: str = "") -> dict[str, Any]:
+    """An OpenAI error object quoting ``LEAK_TEXT``, the upstream model's name, upper-cased, and the
+    key it was sent."""
+    return {"message": f"{LEAK_TEXT} serving {model.upper()} for key {key}", "type": "server_error",
+            "param": None, "code": None}
+
+
+async def _write_leak_stream(writer: asyncio.StreamWriter, model: str, event: bytes, *, text: bool) -> None:
+    """A first chunk (a text completion's, or a chat one), then the error ``event``, then [DONE]."""
+    writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+    first = _chunk(model, {"role": "assistant", "content": "Hel"}, None)
+    if text:
+        choice = {"index": 0, "text": "Hel", "logprobs": None, "finish_reason": None}
+        chunk = {"id": "cmpl-fake", "object": "text_completion", "created": 1, "model": model,
+                 "choices": [choice]}
+        first = b"data: " + json.dumps(chunk).encode() + b"\n\n"
+    for piece in (first, event, b"data: [DONE]\n\n"):
+        writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
 OPENAI_401 = {
     "message": "Incorrect API key provided: sk-proj-********************************************wxyz. You "
                "can find your API key at https://platform.openai.com/account/api-keys.",

@@ -1,7 +1,9 @@
 """A fuzz of the library's face (issue 41): ``mixpr.compress`` and both integrations, on random texts
 (empty, whitespace only, CJK, one huge line, code, prose, random unicode, and mixes of them), random
 queries and every budget from 1 to 500. Every call returns (no exception on valid input) and no result
-is over its budget; a document's spans rebuild its text, and empty documents come back untouched.
+is over its budget; a document's spans rebuild its text, and empty documents come back untouched. A
+document with any text keeps some of it whenever one of its characters fits the budget (issue 47: with
+a query, budgets of 5 to 15 tokens came back ""), and a bool is never taken for a number.
 
 ``make test`` runs a bounded profile (``mixpr-ci``: few examples, derandomized); ``make fuzz`` a longer
 one (``HYPOTHESIS_PROFILE=fuzz``). Examples found are kept below as ``@example``s.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from langchain_core.documents import Document
@@ -67,6 +70,8 @@ budgets = st.integers(1, 500)
 @example(text="x" * 750, query="value 7", budget=4, kind=None, route="auto")  # got -5 (issue 41)
 @example(text="门" * 3000, query="what does it say", budget=30, kind="auto", route="auto")
 @example(text=" \n\t" * 300, query=None, budget=1, kind=None, route="auto")
+@example(text=haystack(40, {}, 1), query="What is the vault code?", budget=10, kind=None,
+         route="auto")  # "" (issue 47)
 def test_compress_returns_within_the_budget(text, query, budget, kind, route):
     result = mixpr.compress(text, query=query, budget_tokens=budget, kind=kind,
                             route=route if kind is None else "auto")  # fmt: skip
@@ -75,6 +80,16 @@ def test_compress_returns_within_the_budget(text, query, budget, kind, route):
     assert tokens <= budget and result.stats["kept_tokens"] <= budget, (tokens, budget)
     if kind is None:
         assert join_spans(text, result.spans) == result.text
+        if text.strip() and max(count_tokens(c) for c in set(text)) <= budget:  # its first tokens, at least
+            assert result.text, (budget, query)
+
+
+@settings(PROFILE)
+@given(name=st.sampled_from(["budget_tokens", "top_k"]),
+       value=st.sampled_from([True, False, 0, -3, 2.5, "9"]))
+def test_a_count_that_is_no_positive_integer_is_refused(name, value):
+    with pytest.raises(ValueError, match=name):
+        mixpr.compress("Some text. " * 50, query="text", **{name: value})
 
 
 documents = st.lists(texts, min_size=1, max_size=5)
@@ -83,10 +98,14 @@ documents = st.lists(texts, min_size=1, max_size=5)
 @settings(PROFILE)
 @given(contents=documents, query=asked | st.text(min_size=1, max_size=40).filter(str.strip), budget=budgets)
 @example(contents=["x" * 3000, "", "门" * 900], query="value 7", budget=20)
+@example(contents=[haystack(300, {}, 1), haystack(40, {}, 2)], query="What is the vault code?",
+         budget=5)  # nothing kept (issue 47)
 def test_the_integrations_return_within_the_budget(contents, query, budget):
     docs = [Document(page_content=c, id=str(i)) for i, c in enumerate(contents)]
     kept = MixPRCompressor(budget_tokens=budget).compress_documents(docs, query)
     assert sum(count_tokens(d.page_content) for d in kept) <= budget
+    if "".join(contents).strip() and max(count_tokens(c) for c in set("".join(contents))) <= budget:
+        assert any(d.page_content for d in kept), budget  # the best chunk's first tokens, at least
     by_id = {d.id: d for d in docs}
     for doc in kept:
         if doc.page_content:

@@ -90,11 +90,26 @@ def test_a_tool_output_by_kind_keeps_its_failure_and_marks_the_cuts():
         ({"route": "sideways"}, "route must be one of auto, heuristic, local, global"),
         ({"top_k": 0}, "top_k must be a positive integer"),
         ({"query": 7}, "query must be a str or None"),
+        ({"model": 123}, "model must be a str or None"),  # not an AttributeError (issue 47)
+        ({"top_k": True}, "top_k must be a positive integer"),  # as budget_tokens=True is refused
+        ({"budget_tokens": True}, "budget_tokens must be a positive integer"),
+        ({"top_k": 2, "budget_tokens": True}, "budget_tokens must be a positive integer"),
     ],
 )
 def test_bad_arguments_say_what_is_valid(kwargs, message):
     with pytest.raises(ValueError, match=message):
         mixpr.compress(document(300, 100), **{"query": QUESTION, **kwargs})
+
+
+@pytest.mark.parametrize("budget", [5, 10, 15])
+def test_a_small_budget_keeps_the_kept_texts_first_tokens(budget):
+    """Where no chunk fits whole, the best one's first tokens, as the docstring promises (issue 47:
+    "" with a query)."""
+    text = document(300, 100)
+    for query in (QUESTION, None):
+        result = mixpr.compress(text, query=query, budget_tokens=budget)
+        assert result.text.strip() and count_tokens(result.text) <= budget, (query, result.text)
+        assert mixpr.engine.join_spans(text, result.spans) == result.text
 
 
 def test_text_must_be_a_string():

@@ -16,7 +16,7 @@ import pytest
 from conftest import MASTER_KEY, ServerThread
 from corpus import haystack
 from fake_anthropic import COMPACTED_USAGE, COMPACTION_BLOCK, FakeAnthropic
-from fake_upstream import COMPACTED, FakeUpstream
+from fake_upstream import COMPACTED, ODD_USAGE, FakeUpstream
 
 from gateway import create_app
 from gateway.config import parse_config
@@ -50,8 +50,11 @@ def service(upstream: FakeUpstream, anthropic_upstream: FakeAnthropic) -> Iterat
         return {"model_name": name, "model_info": {"max_input_tokens": window},
                 "litellm_params": {"model": model, "api_base": base, "api_key": "sk-up"},
                 "mixpr": {"router": "heuristic", "budget_tokens": 800}}
-    config = {"model_list": [entry("gpt", "openai/echo", upstream.base_url),
+    odd = [entry(f"odd-{kind}", f"openai/mode-usage-{kind}", upstream.base_url) for kind in ODD_USAGE]
+    config = {"model_list": [*odd, entry("gpt", "openai/echo", upstream.base_url),
                              entry("no-compact", "openai/mode-404", upstream.base_url),
+                             entry("wrong-key", "openai/mode-openai-401", upstream.base_url),
+                             entry("retired", "openai/ft:gpt-4o:acme:retired", upstream.base_url),
                              entry("claude", "anthropic/compacting", anthropic_upstream.url, 3000)],
               "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
                                    "compression_executor": "thread"}}
@@ -73,15 +76,44 @@ def test_compact_is_relayed_to_an_openai_upstream(service: httpx.Client, upstrea
     assert seen.json == {**COMPACT_BODY, "model": "echo"}  # only the model's name changed
 
 
-@pytest.mark.parametrize("model, why", [("claude", "anthropic/compacting"), ("no-compact", "answered 404"),
-                                        ("nope", "does not exist")])
+@pytest.mark.parametrize("model, why", [("claude", "its provider has no compaction endpoint"),
+                                        ("no-compact", "answered 404"), ("nope", "does not exist")])
 def test_compact_without_an_upstream_for_it_is_a_clear_400(service: httpx.Client, model: str,
                                                            why: str) -> None:
-    """Never a 404 (which Codex reads as a broken endpoint): a 400 in the Responses error shape."""
+    """Never a 404 (which Codex reads as a broken endpoint): a 400 in the Responses error shape, which
+    names the client's alias, never the model it routes to (``anthropic/compacting``)."""
     response = service.post("/v1/responses/compact", json={**COMPACT_BODY, "model": model})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == "model" and why in error["message"]
+    assert "compacting" not in response.text
+
+
+def test_compact_maps_a_refused_key_as_the_chat_does(service: httpx.Client) -> None:
+    """OpenAI's 401 quotes part of the operator's key: the gateway's own 502, as on the chat path."""
+    for path, body in (("/v1/responses/compact", COMPACT_BODY),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
+        response = service.post(path, json={**body, "model": "wrong-key"})
+        assert response.status_code == 502, response.text
+        assert response.json()["error"]["code"] == "upstream_auth_failed" and "wxyz" not in response.text
+
+
+def test_compact_of_a_model_the_upstream_does_not_know_is_a_404_naming_the_alias(
+        service: httpx.Client) -> None:
+    """A 404 about the model is not a missing endpoint (Codex would stop compacting for good)."""
+    response = service.post("/v1/responses/compact", json={**COMPACT_BODY, "model": "retired"})
+    assert response.status_code == 404, response.text
+    assert "compaction endpoint" not in response.text and "acme" not in response.text
+    assert "`retired`" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("kind", sorted(ODD_USAGE))
+def test_a_billed_compaction_with_an_odd_usage_still_reaches_the_client(service: httpx.Client,
+                                                                        kind: str) -> None:
+    """The upstream has billed it: a usage the metrics cannot read is logged, never a 500."""
+    response = service.post("/v1/responses/compact", json={**COMPACT_BODY, "model": f"odd-{kind}"})
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"] == ODD_USAGE[kind]
 
 
 def test_compact_bad_bodies_are_400(service: httpx.Client) -> None:

@@ -37,7 +37,9 @@ def _config(upstream: str) -> dict[str, Any]:
         return {"model_name": name, "model_info": {"max_input_tokens": window},
                 "litellm_params": {"model": f"openai/{name}", "api_base": upstream, "api_key": "sk-up"},
                 "mixpr": {"router": "heuristic", **mixpr}}
-    return {"model_list": [entry("agent", 200_000, prefix=FORMS), entry("small", 3000, budget_tokens=800)],
+    return {"model_list": [entry("agent", 200_000, prefix=FORMS), entry("small", 3000, budget_tokens=800),
+                           entry("agent-small", 5000, prefix={**FORMS, "reset_min_tokens": 100}),
+                           entry("agent-marked", 200_000, prefix={**FORMS, "breakpoint": True})],
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
                                  "compression_executor": "thread"}}
 
@@ -120,6 +122,56 @@ def test_a_server_fault_lets_the_rows_through(service: httpx.Client, monkeypatch
     assert body["messages"] == messages
     assert response.headers["x-mixpr-action"] == "passthrough"
     assert response.headers["x-mixpr-error"] == "overloaded"
+    # the documented fields all the same (LiteLLM logs "?" for a missing one): nothing saved
+    assert body["tokens_before"] == body["tokens_after"] > 1000 and body["tokens_saved"] == 0
+    assert body["compression_ratio"] == 1.0 and body["transforms_applied"] == []
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["one call a step", "two calls a step"])
+def test_a_reset_on_held_back_rows_is_reported(service: httpx.Client, parallel: bool) -> None:
+    """LiteLLM sends no assistant rows, so the previous request is the rows less the newest exchange:
+    a step whose answer changes a row given before says ``x-mixpr-reset: true``, and only such a step."""
+    answers: list[list[dict[str, Any]]] = []
+    reported = []
+    for messages in chat_loop(8 if parallel else 12, parallel=parallel)[1:]:
+        response, body = compress(service, held_back(messages), model="agent-small", max_tokens=200)
+        out = body["messages"]
+        reported.append(response.headers["x-mixpr-reset"] == "true")
+        if answers:
+            changed = out[: len(answers[-1])] != answers[-1]
+            assert reported[-1] == changed, (len(answers), reported[-1], changed)
+        answers.append(out)
+    assert any(reported), "the small window never reset: the test shows nothing"
+
+
+@pytest.mark.parametrize("rows", ["held back", "whole"])
+def test_no_breakpoint_is_added_to_rows_that_go_back_among_held_back_ones(service: httpx.Client,
+                                                                         rows: str) -> None:
+    """``prefix.breakpoint: true`` marks the previous request's last message on the proxy path. Here the
+    rows go back among rows the caller held back, whose own breakpoints (LiteLLM's, up to Anthropic's
+    4) this request cannot count: no row gains one, and none changes shape (a string stays a string)."""
+    for messages in chat_loop(5)[1:]:
+        sent = held_back(messages) if rows == "held back" else messages
+        _, body = compress(service, sent, model="agent-marked")
+        out = body["messages"]
+        assert "cache_control" not in str(out)
+        assert [type(m.get("content")) for m in out] == [type(m.get("content")) for m in sent]
+
+
+def test_a_text_alone_tells_no_caller_whether_another_sent_it(service: httpx.Client) -> None:
+    """Issue 47's suspicion: ``x-mixpr-new-forms: 0`` says a row's form was found, computed before. A
+    form is a function of the row, what it answers and the task, so a caller who only has a text
+    (a file, a log) learns nothing of whether another conversation sent it: under its own task the
+    form is new. Only a caller who repeats the whole conversation (and so knows it) finds it."""
+    tool = {"role": "tool", "tool_call_id": "call_1", "content": chat_loop(1)[0][-1]["content"]}
+    first = [{"role": "user", "content": "Find where the retry budget is set and halve it."}, tool]
+    response, _ = compress(service, first)
+    assert int(response.headers["x-mixpr-new-forms"]) >= 1
+    probe = [{"role": "user", "content": "Summarise this file for a newcomer."}, tool]
+    response, _ = compress(service, probe)
+    assert int(response.headers["x-mixpr-new-forms"]) >= 1
+    response, _ = compress(service, first)  # the same conversation again: found
+    assert response.headers["x-mixpr-new-forms"] == "0"
 
 
 def test_short_history_comes_back_as_sent(service: httpx.Client) -> None:

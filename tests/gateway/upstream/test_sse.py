@@ -192,3 +192,23 @@ def test_only_the_top_level_model_string_is_renamed(obj: dict, indent: int | Non
     assert json.loads(renamed) == expected
     if expected is obj:
         assert renamed == raw
+
+
+def test_an_error_event_is_mapped_and_redacted_and_any_other_left_as_it_came() -> None:
+    """vLLM's ``data: {"error": ...}`` after a chunk and Anthropic's ``event: error`` (issue 47): the
+    same mapping and redaction as an error status, each in its own shape; other events byte for byte."""
+    key = "gsk_" + "Q7w" * 16
+    chunk = b'data: {"choices": [{"delta": {"content": "an \\"error\\" word"}}]}\n\n'
+    assert sse.error_event(chunk) == chunk
+    error = {"error": {"message": f"key {key} refused", "type": "BadRequestError"}}
+    openai_event = b"data: " + json.dumps(error).encode() + b"\n\n"
+    mapped = json.loads(sse.data(sse.error_event(openai_event)))
+    assert key not in str(mapped) and mapped["error"]["type"] == "BadRequestError"
+    anthropic = {"type": "error", "error": {"type": "overloaded_error", "message": f"busy, key {key}"}}
+    event = b"event: error\ndata: " + json.dumps(anthropic).encode() + b"\n\n"
+    out = sse.error_event(event, anthropic=True)
+    assert out.startswith(b"event: error\n") and key.encode() not in out
+    assert json.loads(sse.data(out))["error"]["type"] == "overloaded_error"
+    text = b"event: error\ndata: worker at 10.2.3.4 failed with key " + key.encode() + b"\n\n"
+    out = sse.error_event(text)  # plain text, named an error
+    assert key.encode() not in out and b"10.2.3.4" not in out and json.loads(sse.data(out))["error"]
