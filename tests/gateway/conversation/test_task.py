@@ -71,12 +71,14 @@ def test_unclosed_tags_take_linear_time() -> None:
     def took(size: int) -> float:
         text = "<system-reminder>x" * (size // 18)
         best = float("inf")
-        for _ in range(3):
+        for _ in range(5):  # the best of five: another process on the core only ever adds time
             started = time.perf_counter()
             task.user_words({"role": "user", "content": text + "\n\nWhich file?"})
             best = min(best, time.perf_counter() - started)
         return best
 
-    small, large = took(64_000), took(128_000)
+    # Half a megabyte and one (tens of milliseconds each): at 64 kB a run took 0.7 ms, and a
+    # scheduler's tick on a loaded machine was enough to pass the quadratic bound.
+    small, large = took(500_000), took(1_000_000)
     assert large < small * 3, (small, large)
-    assert took(1_000_000) < 1.0
+    assert large < 1.0
