@@ -92,7 +92,7 @@ class Prefix(_Strict):
     document_fill: float = Field(0.3, gt=0, le=1)
     # A pasted document (a user message over the first-sight cap) keeps keep_tokens plus this share of
     # the rest at first sight, at most the cap; follow-ups bring evidence from what it cut.
-    document_keep: float = Field(0.15, ge=0, le=1)
+    document_keep: float = Field(0.1, ge=0, le=1)
     # Cost mode: past the trigger, a reset is made only when what it saves in cache reads over the
     # turns the conversation can expect (this times the turns it has had) pays for rewriting the
     # cached prefix, priced with the model's own prices (gateway.prices); 0: only one that pays by the

@@ -75,7 +75,7 @@ def test_a_long_document_conversation_is_never_refused(upstream: FakeUpstream, g
     assert statuses == [200] * len(questions), [r.text[:300] for r, _ in turns if r.status_code != 200]
     assert all(_tokens(seen) <= WINDOW for _, seen in turns)
     assert all(seen[-1]["content"].startswith(OPEN) for _, seen in turns[1:])  # not a whole-request cut
-    # The document's first-sight form keeps keep_tokens and 0.15 of the rest (prefix.document_keep),
+    # The document's first-sight form keeps keep_tokens and a tenth of the rest (prefix.document_keep),
     # at most 0.6 of the room, and a reset leaves three tenths of the room (prefix.document_fill):
     # later questions bring their own evidence.
     assert _tokens(turns[1][1]) < 0.6 * WINDOW
