@@ -104,6 +104,13 @@ class Prefix(_Strict):
     evidence: float = Field(0.1, ge=0, le=1)
     # An Anthropic-style cache_control breakpoint on the last message of the previous request.
     breakpoint: bool = False
+    # How long the provider keeps a conversation's prefix cached (gateway.conversation.warmth);
+    # null: the provider's (Anthropic 5 min, 1 h when the client's cache_control asks ttl "1h";
+    # OpenAI 10 min, 24 h with prompt_cache_retention "24h"; unknown providers: never cold).
+    cache_lifetime_s: float | None = Field(None, gt=0)
+    # A request that comes after that lifetime finds the cache cold and writes its whole prefix
+    # again anyway: reset it then, for the task (a cold turn costs no extra write to cut).
+    cold_reset: bool = True
 
 
 class PrefixOverrides(_Strict):
@@ -120,6 +127,8 @@ class PrefixOverrides(_Strict):
     reset_min_tokens: int | None = Field(None, ge=1)
     evidence: float | None = Field(None, ge=0, le=1)
     breakpoint: bool | None = None
+    cache_lifetime_s: float | None = Field(None, gt=0)
+    cold_reset: bool | None = None
 
 
 class MixprSettings(_Strict):

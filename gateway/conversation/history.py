@@ -36,7 +36,7 @@ from typing import Any
 
 from gateway.compress import conversation, policy
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.conversation import checks, evidence, forms, recut, report, resets, task
+from gateway.conversation import checks, evidence, forms, recut, report, resets, task, warmth
 from gateway.conversation.assembly import assemble
 from gateway.conversation.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
 from gateway.conversation.counts import counts
@@ -65,6 +65,7 @@ class History:
         self.store = FormStore(self.cache, shared, metrics)  # this memory, then the replicas' Redis
         self.metrics = metrics
         self.sent = Sent(REMEMBERED_BYTES)
+        self.warmth = warmth.Warmth(self.store)  # when each conversation's prefix was last sent
 
     async def prepare(self, request: Request, model_name: str = "") -> Outcome:
         """The messages to forward for ``request``, and the report."""
@@ -72,7 +73,8 @@ class History:
             outcome = await self.today(request)
             if request.settings.prefix.enabled and not outcome.failed_open:  # what a follow-up extends
                 # Hashing every message grows with the request's bytes, not only its items.
-                await self.compressor.builds.run(self._remember, request, outcome.messages, model_name)
+                await self.compressor.builds.run(self._remember, request, outcome.messages, model_name,
+                                                 asyncio.get_running_loop())
             return outcome
         started = time.perf_counter()
         ticket = self.compressor.ticket()
@@ -136,6 +138,10 @@ class History:
         ends = resets.turn_ends(request.messages)
         reach = resets.Reach(request.messages)
         previous = ends[-2] if len(ends) > 1 else -1
+        prefixes = chain(request.messages, model_name)
+        visit = self.warmth.last(prefixes[previous], bridge.loop) if previous >= 0 else None
+        cold = warmth.cold(visit, request.cache_lifetime_s)
+        here = len(request.messages) - 1 if cold and request.settings.prefix.cold_reset else None
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
                              lambda: self._first_sight(plan, bridge, space.at),
                              _verbatim_first(request))
@@ -145,10 +151,14 @@ class History:
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
                                                                    wide, reach.user(i)),
             limit=space.limit, worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
-            gated=space.gated)
+            gated=space.gated, cold=warmth.points(visit, here))
         scanned = resets.scan(sizes, plan.constant, rules, snapshot_at=previous)
         sent = assemble(plan, scanned.levels)
-        return report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0])
+        outcome = report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0],
+                                 prefixes)
+        # Sent now (the provider's cache lifetime runs from here), with where cold turns reset it.
+        self.warmth.keep(prefixes[-1], warmth.Visit(time.time(), tuple(sorted(rules.cold))), bridge.loop)
+        return replace(outcome, cache=None if cold is None else ("cold" if cold else "warm"))
 
     def _first_sight(self, plan: Plan, bridge: Bridge, room: int) -> list[int]:
         """Every message's tokens at its first-sight form (computed only once the scan needs them: a
@@ -207,8 +217,11 @@ class History:
         kept = len(before) == previous + 1 and common(digests, before) >= previous + 1
         return outcome if kept else replace(outcome, reset=True)
 
-    def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
-        self.sent.put(chain(request.messages, model_name)[-1], [digest(m) for m in sent])
+    def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str,
+                  loop: asyncio.AbstractEventLoop) -> None:
+        name = chain(request.messages, model_name)[-1]
+        self.sent.put(name, [digest(m) for m in sent])
+        self.warmth.keep(name, warmth.Visit(time.time()), loop)  # a follow-up finds its cache warm or cold
 
     def _plan(self, request: Request, cap: int, loop: asyncio.AbstractEventLoop) -> Plan:
         model = request.target.model

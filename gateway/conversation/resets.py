@@ -85,6 +85,10 @@ class Rules:
     limit: int | None = None
     worth: Worth | None = None
     gated: bool = False
+    # Where the provider's cache was cold (``gateway.conversation.warmth``): the whole prefix was
+    # written again there anyway, so a reset at such a point costs no extra write and is made
+    # whatever the gate says, once the conversation has forms.
+    cold: frozenset[int] = frozenset()
 
 
 def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Scan:
@@ -110,6 +114,8 @@ def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Sc
         result.levels.append(level)
         current.append(size)
         result.total += size
+        if switched and i in rules.cold:
+            walk.reset(i, rules.older_end(i), rules.share, widen=rules.room)
         if result.total > rules.room:
             if not switched:
                 switched, formed = True, list(sizes.first_sight())
