@@ -109,7 +109,8 @@ class Prefix(_Strict):
     # OpenAI 10 min, 24 h with prompt_cache_retention "24h"; unknown providers: never cold).
     cache_lifetime_s: float | None = Field(None, gt=0)
     # A request that comes after that lifetime finds the cache cold and writes its whole prefix
-    # again anyway: reset it then, for the task (a cold turn costs no extra write to cut).
+    # again anyway: cut then what costs no extra write and loses nothing (the older outputs' lines
+    # a later message repeats, gateway.conversation.repeats).
     cold_reset: bool = True
 
 

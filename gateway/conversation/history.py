@@ -36,7 +36,7 @@ from typing import Any
 
 from gateway.compress import conversation, policy
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.conversation import checks, evidence, forms, recut, report, resets, task, warmth
+from gateway.conversation import checks, evidence, forms, recut, repeats, report, resets, task, warmth
 from gateway.conversation.assembly import assemble
 from gateway.conversation.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
 from gateway.conversation.counts import counts
@@ -151,7 +151,8 @@ class History:
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
                                                                    wide, reach.user(i)),
             limit=space.limit, worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
-            gated=space.gated, cold=warmth.points(visit, here))
+            gated=space.gated, cold=warmth.points(visit, here),
+            repeats=lambda i, end, levels: self._repeats(plan, bridge, i, end, levels))
         scanned = resets.scan(sizes, plan.constant, rules, snapshot_at=previous)
         sent = assemble(plan, scanned.levels)
         outcome = report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0],
@@ -198,6 +199,28 @@ class History:
         for number, form in zip(numbers, found, strict=True):
             plan.forms[(number, level)] = form
         touched = {plan.pieces[n].message for n in numbers}
+        return {j: plan.size(j, level) for j in sorted(touched)}
+
+    def _repeats(self, plan: Plan, bridge: Bridge, i: int, end: int,
+                 levels: Sequence[resets.Level]) -> dict[int, int]:
+        """A cold point ``i``'s cut (``gateway.conversation.repeats``): the tool outputs of ``[0, end)``
+        without the lines a later message up to ``i`` repeats; the new size of each message it cut."""
+        numbers = [n for n, p in enumerate(plan.pieces) if p.message <= i]
+        texts = [(plan.text(n, levels[plan.pieces[n].message]),
+                  plan.pieces[n].role == "tool" and plan.pieces[n].message < end) for n in numbers]
+        cut = {n: text for n, text in zip(numbers, repeats.cut(texts), strict=True) if text is not None}
+        # Counted once per text, here or on a replica: every later request makes this cut again.
+        tokens = counts(self.store, list(cut.values()), plan.request.target.model, bridge.loop)
+        level = resets.cold_level(i, end)
+        touched = set()
+        for (number, text), size in zip(cut.items(), tokens, strict=True):
+            plan.forms[(number, level)] = (text, size)
+            touched.add(plan.pieces[number].message)
+        # A message's other pieces keep their text at the level it had: carried to the new one.
+        for number, piece in enumerate(plan.pieces):
+            if piece.message in touched and (number, level) not in plan.forms:
+                before = levels[piece.message]
+                plan.forms[(number, level)] = (plan.text(number, before), plan.piece_size(number, before))
         return {j: plan.size(j, level) for j in sorted(touched)}
 
     def _fell_back(self, request: Request, outcome: Outcome, model_name: str) -> Outcome:

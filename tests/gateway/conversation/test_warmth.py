@@ -29,14 +29,16 @@ def _listing(step: int, lines: int) -> str:
 
 
 def _agent(steps: int) -> list[dict[str, Any]]:
-    """An agent loop of ``steps`` tool calls, each answered by a 150-line listing (~3k tokens)."""
+    """An agent loop of ``steps`` tool calls, each answered by a 150-line listing (~3k tokens): four
+    files, read again and again, as agents do."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."},
                                       {"role": "user", "content": "Make the parser accept trailing commas."}]
     for step in range(steps):
+        file = step % 4
         call = {"id": f"c{step}", "type": "function",
-                "function": {"name": "bash", "arguments": json.dumps({"command": f"cat f{step}.py"})}}
-        messages += [{"role": "assistant", "content": f"Reading f{step}.py", "tool_calls": [call]},
-                     {"role": "tool", "tool_call_id": f"c{step}", "content": _listing(step, 150)}]
+                "function": {"name": "bash", "arguments": json.dumps({"command": f"cat f{file}.py"})}}
+        messages += [{"role": "assistant", "content": f"Reading f{file}.py", "tool_calls": [call]},
+                     {"role": "tool", "tool_call_id": f"c{step}", "content": _listing(file, 150)}]
     return messages
 
 
@@ -74,7 +76,11 @@ def test_a_cold_turn_resets_and_later_turns_keep_that_reset() -> None:
     assert first.cache is None  # its first request with an earlier turn: nothing remembered before it
     assert (warm.cache, warm.reset) == ("warm", False)
     assert (cold.cache, cold.reset) == ("cold", True), "a cold cache rewrites the prefix: cut it then"
+    # The older copies of each file's listing are gone; the newest of each stays whole.
     assert cold.final_tokens < 0.6 * warm.final_tokens
+    sent = "\n".join(str(m.get("content")) for m in cold.messages)
+    for file in range(4):
+        assert f"def handler_{file}_3(value)" in sent
     assert report_headers(cold)["x-mixpr-cache"] == "cold"
     # The next request finds the cold turn's reset in memory and makes it again: it only appends.
     assert (after.cache, after.reset) == ("warm", False)
