@@ -42,29 +42,37 @@ def _agent(steps: int) -> list[dict[str, Any]]:
     return messages
 
 
-def _config(prefix: dict[str, Any]) -> dict[str, Any]:
+def _config(prefix: dict[str, Any], redis_url: str | None = None) -> dict[str, Any]:
     # Cost mode: forms at first sight (about 11k tokens for 10 steps), a 40k trigger, a 4k budget.
     mixpr = {"router": "heuristic", "budget_tokens": 4000, "compress_above_tokens": 40_000,
              "prefix": {"first_sight": "always", "cache_lifetime_s": LIFETIME, **prefix}}
     entry = {"model_name": "m", "litellm_params": {"model": "anthropic/acme-internal", "api_base": UNUSED},
              "model_info": {"max_input_tokens": 200_000, **PRICES}, "mixpr": mixpr}
-    return {"model_list": [entry]}
+    secret = "warmth-test-" + "s" * 32
+    shared = {"form_cache_url": redis_url, "deployment_secret": secret} if redis_url else {}
+    return {"model_list": [entry], "general_settings": shared}
 
 
-def _turns(pauses: list[float], prefix: dict[str, Any] | None = None) -> list[Any]:
-    """One conversation's requests, a step apart, each after its pause (seconds) since the last."""
+def _turns(pauses: list[float], prefix: dict[str, Any] | None = None, redis_url: str | None = None,
+           replicas: list[int] | None = None) -> list[Any]:
+    """One conversation's requests, a step apart, each after its pause (seconds) since the last;
+    ``replicas``: which of two gateways (their own memory, one Redis) prepares each."""
 
     async def main() -> list[Any]:
         compressor = Compressor(Workers(workers=1, executor="thread", timeout_s=120), route_cache_size=16)
         await compressor.start(with_router=False)
-        preparer = Preparer(parse_config(_config(prefix or {})), compressor, Metrics())
+        config = parse_config(_config(prefix or {}, redis_url))
+        preparers = [Preparer(config, compressor, Metrics()) for _ in range(2)]
         out = []
         try:
             for step, pause in enumerate(pauses):
                 await asyncio.sleep(pause)
+                preparer = preparers[replicas[step] if replicas else 0]
                 out.append(await preparer.prepare(ChatCall("m", _agent(10 + step))))
+                await asyncio.sleep(0.05)  # Redis is written in the background: let it land
         finally:
-            await preparer.aclose()
+            for preparer in preparers:
+                await preparer.aclose()
             compressor.close()
         return out
 
@@ -85,6 +93,13 @@ def test_a_cold_turn_resets_and_later_turns_keep_that_reset() -> None:
     # The next request finds the cold turn's reset in memory and makes it again: it only appends.
     assert (after.cache, after.reset) == ("warm", False)
     assert after.reused_tokens > 0.9 * cold.final_tokens
+
+
+def test_replicas_share_when_a_conversation_was_last_sent(redis_server: Any) -> None:
+    # The second replica never saw the conversation: Redis tells it the prefix went out before the
+    # pause, so it finds the cache cold and cuts; the first then finds that cut in Redis and keeps it.
+    turns = _turns([0, 0, 1.5 * LIFETIME, 0], redis_url=redis_server.url, replicas=[0, 0, 1, 0])
+    assert [(t.cache, t.reset) for t in turns[1:]] == [("warm", False), ("cold", True), ("warm", False)]
 
 
 def test_a_warm_turn_does_not_reset() -> None:
