@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.agents --quick              # three short runs (one per framework)
     .venv/bin/python -m bench.agents --settings none,mask --limit 5
     .venv/bin/python -m bench.agents --settings none,defaults,cost,head-tail --runs 0-9   # a quick look
+    .venv/bin/python -m bench.agents --settings none,cost,cost-warm,head-tail --pauses 20   # cold turns
     .venv/bin/python -m bench.agents --set 'wide={"model_info": {"max_input_tokens": 128000}}'
 
 Replays ``../shared/data/real/agent_traj.dev.jsonl`` as its README says: for every assistant message at
@@ -32,10 +33,14 @@ and tool-call arguments); strict evidence: only entries with ``origin == "tool"`
 ``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
 pair up (``gateway.compress.messages.pairing``, the gateway's own check). Every price list of
 ``agent_prices.PRICE_LISTS`` (cache reads 0.1x, 0.05x, 0.025x; 1-hour writes at 2x) is arithmetic on the
-one replay: a table per half. Errors: answers other than
-200. Cost with recovery and where each missed strict entry was lost (first sight, a reset, the last
-resort): ``bench.agent_losses``. A second table gives strict evidence and cost on each half of the split
-(runs at even and odd line indices of the file; ``--half`` runs one alone). Writes
+one replay: a table per half. ``--pauses N``: the client pauses past the provider's cache lifetime
+(``--lifetime``, seconds, which the gateway is told) before about one step in N, drawn with a seed per
+run; the replay really waits in front of a gateway, and every setting is priced with the cache empty
+after each pause (``cost-warm``: cost mode without the gateway's cold-turn cut, to compare with).
+Errors: answers other than 200. Cost with recovery and where each missed strict entry was lost
+(first sight, a reset, the last resort): ``bench.agent_losses``. A second table gives strict evidence
+and cost on each half of the split (runs at even and odd line indices of the file; ``--half`` runs one
+alone). Writes
 ``bench/out/agents.json`` and ``agents.png`` (cost against strict evidence; ``--publish`` also copies the
 PNG to ``bench/plots/``).
 """
@@ -88,10 +93,18 @@ GATEWAY: dict[str, dict[str, Any]] = {
     "cost": {"model_info": {"max_input_tokens": 1_000_000},
              "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000}},
 }
+# Gateway settings run by name only (not in the default list): cost mode without the cold-turn reset,
+# what --pauses compares cost mode with (issue #46).
+MORE: dict[str, dict[str, Any]] = {
+    "cost-warm": {"model_info": {"max_input_tokens": 1_000_000},
+                  "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000,
+                            "prefix": {"cold_reset": False}}},
+}
 LABELS = {
     "none": "no gateway, 1M-window model, cache on",
     "defaults": "gateway, 32k-window model, defaults",
     "cost": "gateway, cost mode (compress above 16k to 8k)",
+    "cost-warm": "gateway, cost mode without the cold-turn reset",
     "head-tail": "client: tool outputs over 4,000 chars cut to head + tail",
     "mask": "client: outputs older than the last 5 masked",
     "litellm": "client: litellm.compress() before each request (16k -> 8k)",
@@ -626,6 +639,10 @@ def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]
              "(1.0 a token OpenAI-style, 1.25 Anthropic-style) and reads its prefix once more (0.1)"]
     for r in results:
         t = by[r["setting"]]
+        if t["paused"]:
+            notes.append(f"{r['setting']}: {t['paused']} pauses past the cache lifetime; the gateway saw "
+                         f"{t['cold']} cold turns ({t['cold_unpaused']} without a pause), "
+                         f"{t['resets']} resets")
         if t["errors"]:
             notes.append(f"{r['setting']}: first error {t['first_error'][:300]}")
         if t["invalid"]:
@@ -772,6 +789,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     parser.add_argument("--max-tokens", type=int, default=None, help="max_tokens sent to the gateway (none)")
     parser.add_argument("--jobs", type=int, default=2, help="settings replayed at once, each in a process "
                         "of its own (default 2: this machine's cores; 1: all in this process)")
+    parser.add_argument("--pauses", type=int, default=0, metavar="EVERY",
+                        help="the client pauses past the cache lifetime before about one step in EVERY "
+                        "(seeded per run; the provider's cache is empty after it): gateway settings really "
+                        "wait, and are told the lifetime; every setting is priced with it (default 0: none)")
+    parser.add_argument("--lifetime", type=float, default=Options.lifetime_s, metavar="S",
+                        help=f"the cache lifetime with --pauses, in seconds; a pause lasts {PAUSE_PAST} "
+                        f"times it (default {Options.lifetime_s})")
     parser.add_argument("--content-only", action="store_true",
                         help="price message contents only, not the tool calls' names and arguments")
     parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
@@ -781,7 +805,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                         "predict that a line of a long output is used later (bench.agent_signals)")
     args = parser.parse_args(argv)
 
-    overlays = {**GATEWAY, **parse_set(args.set)}
+    overlays = {**GATEWAY, **MORE, **parse_set(args.set)}
     names = args.settings.split(",") if args.settings else default + [n for n in overlays if n not in default]
     known = [*CLIENT, *agent_oracle.SIZES, *overlays]
     unknown = [n for n in names if n not in known]
@@ -804,7 +828,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     started = time.perf_counter()
     print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
           file=sys.stderr, flush=True)
-    options = Options(args.max_tokens, not args.content_only)
+    options = Options(args.max_tokens, not args.content_only, args.pauses, args.lifetime)
     results = run_settings(names, runs, overlays, options, args.jobs, args.data)
     text, by = table(results)
     seconds = time.perf_counter() - started
