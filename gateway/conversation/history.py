@@ -141,7 +141,7 @@ class History:
         prefixes = chain(request.messages, model_name)
         visit = self.warmth.last(prefixes[previous], bridge.loop) if previous >= 0 else None
         cold = warmth.cold(visit, request.cache_lifetime_s)
-        here = len(request.messages) - 1 if cold and request.settings.prefix.cold_reset else None
+        here = len(request.messages) - 1 if cold and _cold_cut(request, space.gated) else None
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
                              lambda: self._first_sight(plan, bridge, space.at),
                              _verbatim_first(request))
@@ -361,6 +361,12 @@ def _multi_turn(request: Request) -> bool:
     conversation's: ``Request.conversation``), forms on and compression allowed."""
     return (request.settings.prefix.enabled and request.control.enabled is not False
             and (request.conversation or any(m.get("role") == "assistant" for m in request.messages)))
+
+
+def _cold_cut(request: Request, gated: bool) -> bool:
+    """Whether a cold turn cuts (``prefix.cold_reset``; "auto": in cost mode, whose resets are gated)."""
+    wanted = request.settings.prefix.cold_reset
+    return gated if wanted == "auto" else wanted
 
 
 def _verbatim_first(request: Request) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -112,6 +113,16 @@ def test_a_warm_turn_does_not_reset() -> None:
 def test_cold_reset_off_reports_the_cold_turn_and_keeps_the_prefix() -> None:
     turns = _turns([0, 0, 1.5 * LIFETIME], {"cold_reset": False})
     assert (turns[-1].cache, turns[-1].reset) == ("cold", False)
+
+
+@pytest.mark.parametrize(("wanted", "gated", "cuts"), [
+    ("auto", True, True), ("auto", False, False), (True, False, True), (False, True, False)])
+def test_a_cold_turn_cuts_in_cost_mode_unless_told(wanted: Any, gated: bool, cuts: bool) -> None:
+    from gateway.conversation.history import _cold_cut
+
+    config = parse_config(_config({"cold_reset": wanted}))
+    request = SimpleNamespace(settings=config.model("m").settings(config.mixpr_settings))
+    assert _cold_cut(request, gated) is cuts  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("model", "configured", "messages", "params", "expected"), [
