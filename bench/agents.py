@@ -3,6 +3,8 @@
     .venv/bin/python -m bench.agents                      # the whole dev split, every setting, table + PNG
     .venv/bin/python -m bench.agents --quick              # three short runs (one per framework)
     .venv/bin/python -m bench.agents --settings none,mask --limit 5
+    .venv/bin/python -m bench.agents --settings none,defaults,cost,head-tail --runs 0-9   # a quick look
+    .venv/bin/python -m bench.agents --settings none,cost,cost-warm,head-tail --pauses 20   # cold turns
     .venv/bin/python -m bench.agents --set 'wide={"model_info": {"max_input_tokens": 128000}}'
 
 Replays ``../shared/data/real/agent_traj.dev.jsonl`` as its README says: for every assistant message at
@@ -20,17 +22,25 @@ index ``k`` that follows a ``tool`` or ``user`` message, the client sends ``mess
 * oracles (``bench.agent_oracle``): client-side cuts that read the future, keeping first the lines a
   later step uses, then head and tail, at head+tail's 4,000 characters (``oracle``) and at 2,000.
 
-Cost: ``bench.conversation``'s ``priced`` on each request's cl100k tokens (``rendered`` per message: role
-marker, then its text, then its tool calls' names and arguments), per trajectory, summed, relative to
+Settings run ``--jobs`` at a time (default 2), each in a process of its own. Cost: ``bench.agent_prices``
+(``bench.conversation``'s ``priced`` rules, linear in a run's length) on each request's cl100k tokens
+(``rendered`` per message: role marker, then its text, then its tool calls' names and arguments), per
+trajectory, summed, relative to
 ``none`` (``--content-only``: contents only, as ``bench.conversation`` prices a chat; tool definitions are
 never priced, and a step the gateway refused prices nothing: it is counted under errors). Evidence: an
 entry's ``text`` occurs (whitespace normalised) in what the upstream received for request ``k`` (contents
 and tool-call arguments); strict evidence: only entries with ``origin == "tool"``, not
 ``in_prior_assistant`` and ``msg < k - 1``. Invalid: requests whose tool calls and results do not
-pair up (``gateway.compress.messages.pairing``, the gateway's own check). Errors: answers other than
-200. Cost with recovery and where each missed strict entry was lost (first sight, a reset, the last
-resort): ``bench.agent_losses``. A second table gives strict evidence and cost on each half of the split
-(runs at even and odd line indices of the file; ``--half`` runs one alone). Writes
+pair up (``gateway.compress.messages.pairing``, the gateway's own check). Every price list of
+``agent_prices.PRICE_LISTS`` (cache reads 0.1x, 0.05x, 0.025x; 1-hour writes at 2x) is arithmetic on the
+one replay: a table per half. ``--pauses N``: the client pauses past the provider's cache lifetime
+(``--lifetime``, seconds, which the gateway is told) before about one step in N, drawn with a seed per
+run; the replay really waits in front of a gateway, and every setting is priced with the cache empty
+after each pause (``cost-warm``: cost mode without the gateway's cold-turn cut, to compare with).
+Errors: answers other than 200. Cost with recovery and where each missed strict entry was lost
+(first sight, a reset, the last resort): ``bench.agent_losses``. A second table gives strict evidence
+and cost on each half of the split (runs at even and odd line indices of the file; ``--half`` runs one
+alone). Writes
 ``bench/out/agents.json`` and ``agents.png`` (cost against strict evidence; ``--publish`` also copies the
 PNG to ``bench/plots/``).
 """
@@ -41,11 +51,14 @@ import argparse
 import copy
 import hashlib
 import json
+import multiprocessing
+import random
 import re
 import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,8 +67,8 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench import agent_losses, agent_oracle
-from bench.conversation import FakeUpstream, ServerThread, priced, rendered
+from bench import agent_losses, agent_oracle, agent_prices
+from bench.conversation import FakeUpstream, ServerThread, rendered
 from bench.data import data_dir
 from bench.provenance import library_version
 from gateway import create_app
@@ -80,10 +93,18 @@ GATEWAY: dict[str, dict[str, Any]] = {
     "cost": {"model_info": {"max_input_tokens": 1_000_000},
              "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000}},
 }
+# Gateway settings run by name only (not in the default list): cost mode without the cold-turn reset,
+# what --pauses compares cost mode with (issue #46).
+MORE: dict[str, dict[str, Any]] = {
+    "cost-warm": {"model_info": {"max_input_tokens": 1_000_000},
+                  "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000,
+                            "prefix": {"cold_reset": False}}},
+}
 LABELS = {
     "none": "no gateway, 1M-window model, cache on",
     "defaults": "gateway, 32k-window model, defaults",
     "cost": "gateway, cost mode (compress above 16k to 8k)",
+    "cost-warm": "gateway, cost mode without the cold-turn reset",
     "head-tail": "client: tool outputs over 4,000 chars cut to head + tail",
     "mask": "client: outputs older than the last 5 masked",
     "litellm": "client: litellm.compress() before each request (16k -> 8k)",
@@ -254,37 +275,55 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 class Tokens:
-    """cl100k tokens of rendered messages, each message tokenised once (histories are append-only)."""
+    """cl100k tokens of rendered messages, each message tokenised once (histories are append-only).
+
+    A message is known by a digest of its JSON; one equal to the message at the same place of the
+    previous request (most of a history, every step) takes that one's digest without encoding it again.
+    The same content gives the same array object, which ``bench.agent_prices`` compares by identity."""
 
     def __init__(self, calls: bool = True) -> None:
         self.calls = calls  # False: contents only, as bench.conversation.rendered reads a message
         self._cache: dict[bytes, np.ndarray] = {}
         self._text: dict[bytes, str] = {}
+        self._last: tuple[list[Message], list[bytes]] = ([], [])
 
     def clear(self) -> None:
         self._cache.clear()
         self._text.clear()
+        self._last = ([], [])
 
     @staticmethod
     def _key(m: Message) -> bytes:
         text = json.dumps(m, sort_keys=True, ensure_ascii=False)
         return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
-    def request(self, messages: list[Message]) -> np.ndarray:
+    def _keys(self, messages: list[Message]) -> list[bytes]:
+        before, keys = self._last
+        if messages is before:
+            return keys
+        out = [keys[i] if i < len(before) and (m is before[i] or m == before[i]) else self._key(m)
+               for i, m in enumerate(messages)]
+        self._last = (messages, out)
+        return out
+
+    def parts(self, messages: list[Message]) -> list[np.ndarray]:
+        """Each message's tokens (the same array for the same content)."""
         parts = []
-        for m in messages:
-            key = self._key(m)
+        for m, key in zip(messages, self._keys(messages), strict=True):
             if key not in self._cache:
                 view = {"role": m.get("role", ""), "content": message_text(m)} if self.calls else m
                 self._cache[key] = rendered([view]).astype(np.int32)
             parts.append(self._cache[key])
+        return parts
+
+    def request(self, messages: list[Message]) -> np.ndarray:
+        parts = self.parts(messages)
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
     def texts(self, messages: list[Message]) -> list[str]:
         """Each message's text, whitespace normalised (the same string objects across requests)."""
         texts = []
-        for m in messages:
-            key = self._key(m)
+        for m, key in zip(messages, self._keys(messages), strict=True):
             if key not in self._text:
                 self._text[key] = _normal(message_text(m))
             texts.append(self._text[key])
@@ -343,44 +382,75 @@ def through_gateway(http: httpx.Client, upstream: FakeUpstream, messages: list[M
     return Sent(seen, 200, "", headers)
 
 
-def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent],
-           tokens: Tokens) -> dict[str, Any]:
-    """Every step of one run: what was sent, priced per request, evidence per step."""
+def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent], tokens: Tokens,
+           pauses: Pauses | None = None) -> dict[str, Any]:
+    """Every step of one run: what was sent, priced per request, evidence per step. ``pauses``: the
+    steps before which the client pauses past the cache's lifetime (the replay waits there only when
+    ``pauses.wait``: a gateway must see the time pass; a client-side cut does not care)."""
     tokens.clear()  # messages never recur across runs; this bounds the cache
-    sent_tokens: list[np.ndarray] = []
+    sent: list[agent_prices.Request] = []
+    fresh: list[bool] = []  # per request: the provider's cache was empty before it (after a pause)
     steps = []
     founds: dict[int, list[bool]] = {}
     views: dict[int, list[str] | None] = {}  # each message's text as sent at step k (the last request)
     for k in run.steps:
-        sent = send(run.messages[:k], run.tools)
+        paused = pauses is not None and k in pauses.steps
+        if paused and pauses.wait:
+            time.sleep(pauses.seconds)
+        step = send(run.messages[:k], run.tools)
         entries = run.evidence.get(k, [])
         found = [False] * len(entries)
         invalid = []
         views[k] = None
-        for request in sent.requests:
-            sent_tokens.append(tokens.request(request))
+        for number, request in enumerate(step.requests):
+            parts = tokens.parts(request)
+            whole = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+            sent.append(agent_prices.Request(whole, parts))
+            fresh.append(paused and number == 0)
             invalid += shape.pairing(request)
             views[k] = tokens.texts(request)
             haystack = _SEPARATOR.join(views[k])
             found = [f or _normal(e["text"]) in haystack for f, e in zip(found, entries, strict=True)]
         founds[k] = found
         strict = [f for f, e in zip(found, entries, strict=True) if is_strict(e, k)]
-        steps.append({"k": k, "requests": len(sent.requests), "evidence": [sum(found), len(found)],
-                      "strict": [sum(strict), len(strict)], "invalid": invalid[:3], "status": sent.status,
-                      "error": sent.error, "action": (sent.headers or {}).get("x-mixpr-action"),
-                      "reset": (sent.headers or {}).get("x-mixpr-reset") == "true",
-                      "last_tokens": len(sent_tokens[-1]) if sent.requests else 0})
-    costs = priced(sent_tokens)
+        headers = step.headers or {}
+        steps.append({"k": k, "requests": len(step.requests), "evidence": [sum(found), len(found)],
+                      "strict": [sum(strict), len(strict)], "invalid": invalid[:3], "status": step.status,
+                      "error": step.error, "action": headers.get("x-mixpr-action"),
+                      "reset": headers.get("x-mixpr-reset") == "true", "paused": paused,
+                      "cache": headers.get("x-mixpr-cache"),
+                      "last_tokens": len(sent[-1].tokens) if step.requests else 0})
+    costs = agent_prices.cached(sent, fresh)
     at = 0
     for step in steps:  # each step's own requests' prices (what the provider read from its cache)
         mine, at = costs[at : at + step["requests"]], at + step["requests"]
-        for key in ("tokens", "openai_cached", "anthropic_cached"):
-            step[key] = sum(c[key] for c in mine)
+        step["tokens"] = sum(c.tokens for c in mine)
+        step["openai_cached"] = sum(c.openai_read for c in mine)
+        step["anthropic_cached"] = sum(c.anthropic_read for c in mine)
     _recovered(run, steps, founds, views, tokens)
+    lists = {name: {"openai": sum(c.openai(prices) for c in costs),
+                    "anthropic": sum(c.anthropic(prices) for c in costs)}
+             for name, prices in agent_prices.PRICE_LISTS.items()}
     return {"id": run.id, "index": run.index, "framework": run.framework, "steps": steps,
-            "tokens": sum(c["tokens"] for c in costs), "openai": sum(c["openai"] for c in costs),
-            "anthropic": sum(c["anthropic"] for c in costs),
+            "tokens": sum(c.tokens for c in costs), **lists["default"], "prices": lists,
             **{key: sum(s[key] for s in steps) for key in RECOVERY}}
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """The steps of one run before which the client pauses past the provider's cache lifetime."""
+
+    steps: frozenset[int]
+    seconds: float
+    wait: bool
+
+
+def pauses(run: Trajectory, every: int, seconds: float, wait: bool, seed: int = 0) -> Pauses:
+    """About one step in ``every`` (never the first, whose cache is empty anyway), drawn with a seed
+    of the run's own, so every setting pauses before the same steps."""
+    rng = random.Random(f"{seed}:{run.id}")
+    chosen = frozenset(k for k in run.steps[1:] if rng.random() < 1 / every) if every else frozenset()
+    return Pauses(chosen, seconds, wait)
 
 
 RECOVERY = ("recovered_tokens", "recovery_openai", "recovery_anthropic")
@@ -400,12 +470,33 @@ def _recovered(run: Trajectory, steps: list[dict[str, Any]], founds: dict[int, l
         step["lost"] = where[k]
 
 
+@dataclass(frozen=True)
+class Options:
+    """How every setting is replayed: ``max_tokens`` sent to the gateway, whether tool calls are
+    priced (``--content-only``: not), and the client's pauses (one step in ``pause_every``, none at 0)
+    past a cache lifetime of ``lifetime_s`` (the gateway is told that lifetime)."""
+
+    max_tokens: int | None = None
+    price_calls: bool = True
+    pause_every: int = 0
+    lifetime_s: float = 0.5
+    seed: int = 0
+
+    @property
+    def pause_s(self) -> float:
+        return PAUSE_PAST * self.lifetime_s
+
+
+PAUSE_PAST = 1.5  # a pause lasts this times the lifetime: past it, whatever the scheduler's jitter
+
+
 def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str, Any]],
-                max_tokens: int | None, price_calls: bool = True) -> dict[str, Any]:
+                options: Options) -> dict[str, Any]:
     started = time.perf_counter()
-    tokens = Tokens(price_calls)
+    tokens = Tokens(options.price_calls)
     results = []
-    if name in CLIENT or name in agent_oracle.SIZES:
+    client_side = name in CLIENT or name in agent_oracle.SIZES
+    if client_side:
         for run in runs:
             # an oracle reads the run's future (its evidence), so it is made per run
             client = CLIENT.get(name) or agent_oracle.oracle(run.messages, run.evidence,
@@ -414,20 +505,56 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
             def send(messages: list[Message], tools: list[dict], client: Client = client) -> Sent:
                 return Sent([client(messages, tools)[0]])
 
-            results.append(replay(run, send, tokens))
+            results.append(replay(run, send, tokens, _pauses(run, options, wait=False)))
             _progress(name, run, results[-1], started)
     else:
-        with gateway(overlays[name]) as (http, upstream):
+        with gateway(_overlay(overlays[name], options)) as (http, upstream):
 
             def post(messages: list[Message], tools: list[dict]) -> Sent:
-                return through_gateway(http, upstream, messages, tools, max_tokens)
+                return through_gateway(http, upstream, messages, tools, options.max_tokens)
 
             for run in runs:
-                results.append(replay(run, post, tokens))
+                results.append(replay(run, post, tokens, _pauses(run, options, wait=True)))
                 _progress(name, run, results[-1], started)
     label = LABELS.get(name) or agent_oracle.LABELS.get(name, f"gateway, {name}")
-    return {"setting": name, "label": label, "config": overlays.get(name),
+    return {"setting": name, "label": label, "config": None if client_side else overlays.get(name),
             "runs": results, "seconds": time.perf_counter() - started}
+
+
+def _pauses(run: Trajectory, options: Options, wait: bool) -> Pauses | None:
+    if not options.pause_every:
+        return None
+    return pauses(run, options.pause_every, options.pause_s, wait, options.seed)
+
+
+def _overlay(overlay: dict[str, Any], options: Options) -> dict[str, Any]:
+    """A gateway setting's overlay; with pauses, the model's cache lifetime set to the replay's."""
+    if not options.pause_every:
+        return overlay
+    return _merged({"mixpr": {"prefix": {"cache_lifetime_s": options.lifetime_s}}}, overlay)
+
+
+def run_settings(names: list[str], runs: list[Trajectory], overlays: dict[str, dict[str, Any]],
+                 options: Options, jobs: int, data: Path | None) -> list[dict[str, Any]]:
+    """Every setting, ``jobs`` at a time in processes of their own (each its own gateway and GIL),
+    the gateway settings first (they take longest); results in ``names``' order."""
+    if jobs <= 1 or len(names) <= 1:
+        return [run_setting(name, runs, overlays, options) for name in names]
+    indices = [run.index for run in runs]
+    order = sorted(names, key=lambda n: n in CLIENT or n in agent_oracle.SIZES)
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads forked mid-lock
+    with ProcessPoolExecutor(max_workers=min(jobs, len(names)), mp_context=context) as pool:
+        futures = {name: pool.submit(_setting_job, name, data, indices, overlays, options)
+                   for name in order}
+        return [futures[name].result() for name in names]
+
+
+def _setting_job(name: str, data: Path | None, indices: list[int], overlays: dict[str, dict[str, Any]],
+                 options: Options) -> dict[str, Any]:
+    """One setting in a worker process: the runs read again from the file (cheaper than pickled)."""
+    chosen = set(indices)
+    runs = [run for run in trajectories(data) if run.index in chosen]
+    return run_setting(name, runs, overlays, options)
 
 
 def _progress(name: str, run: Trajectory, result: dict, started: float) -> None:
@@ -464,7 +591,15 @@ def totals(result: dict[str, Any], which: str | None = None) -> dict[str, Any]:
         "first_error": f"{errors[0]['status']}: {errors[0]['error']}" if errors else "",
         "compressed": sum(s["action"] not in (None, "passthrough", "none") for s in steps),
         "resets": sum(s["reset"] for s in steps),
+        "paused": sum(s.get("paused", False) for s in steps),
+        "cold": sum(s.get("cache") == "cold" for s in steps),
+        "cold_unpaused": sum(s.get("cache") == "cold" and not s.get("paused") for s in steps),
+        "prices": {name: {rule: sum(r["prices"][name][rule] for r in runs) for rule in RULES}
+                   for name in agent_prices.PRICE_LISTS},
     }
+
+
+RULES = ("openai", "anthropic")  # the two caching rules (bench.agent_prices)
 
 
 def _share(pairs: Iterator[list[int]]) -> float:
@@ -504,11 +639,16 @@ def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]
              "(1.0 a token OpenAI-style, 1.25 Anthropic-style) and reads its prefix once more (0.1)"]
     for r in results:
         t = by[r["setting"]]
+        if t["paused"]:
+            notes.append(f"{r['setting']}: {t['paused']} pauses past the cache lifetime; the gateway saw "
+                         f"{t['cold']} cold turns ({t['cold_unpaused']} without a pause), "
+                         f"{t['resets']} resets")
         if t["errors"]:
             notes.append(f"{r['setting']}: first error {t['first_error'][:300]}")
         if t["invalid"]:
             notes.append(f"{r['setting']}: first invalid request: {t['first_invalid']}")
-    return "\n".join(lines + notes + ["", losses_table(results, by), "", halves_table(results)]), by
+    return "\n".join(lines + notes + ["", losses_table(results, by), "", halves_table(results), "",
+                                      prices_table(results)]), by
 
 
 def losses_table(results: list[dict[str, Any]], by: dict[str, dict[str, Any]]) -> str:
@@ -531,7 +671,7 @@ def halves_table(results: list[dict[str, Any]]) -> str:
     """Strict evidence and cost (with recovery) on each half of the split (even and odd runs)."""
     halves = {which: {r["setting"]: totals(r, which) for r in results} for which in ("even", "odd")
               if any(run["index"] % 2 == (which == "odd") for run in results[0]["runs"])}
-    ref = all(_relative(by) for by in halves.values())
+    ref = all([_relative(by) for by in halves.values()])  # every half: all() of a generator stops early
     lines = ["| setting | " + " | ".join(f"{w}: strict | {w}: OpenAI / Anthropic | {w}: with recovery"
                                          for w in halves) + " |", "|---|" + "---|---|---|" * len(halves)]
     for r in results:
@@ -546,6 +686,31 @@ def halves_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + (f"\n\nHalves: runs at {runs} line indices of the file (from 0); "
                                + ("costs relative to no gateway on the same half" if ref
                                   else "costs in millions of tokens"))
+
+
+def prices_table(results: list[dict[str, Any]]) -> str:
+    """Each setting's cost on each half under every price list (``bench.agent_prices``), relative to
+    no gateway under the same list, from the same replay; strict evidence beside it."""
+    halves = {which: {r["setting"]: totals(r, which) for r in results} for which in ("even", "odd")
+              if any(run["index"] % 2 == (which == "odd") for run in results[0]["runs"])}
+    lists = list(agent_prices.PRICE_LISTS)
+    lines = ["| setting | half | strict | " + " | ".join(f"{name}: OpenAI / Anthropic" for name in lists)
+             + " |", "|---|---|---|" + "---|" * len(lists)]
+    for r in results:
+        for which, by in halves.items():
+            t, ref = by[r["setting"]], by.get("none")
+            cells = [" / ".join(_ratio(t, ref, name, rule) for rule in RULES) for name in lists]
+            lines.append(f"| {r['setting']} | {which} | {t['strict']:.3f} | " + " | ".join(cells) + " |")
+    described = "; ".join(f"{name}: reads {p.read:g}x, writes {p.write:g}x" for name, p
+                          in agent_prices.PRICE_LISTS.items())
+    return "\n".join(lines) + (f"\n\nPrice lists ({described}; OpenAI-style caching has no write premium), "
+                               "relative to no gateway on the same half under the same list.")
+
+
+def _ratio(t: dict[str, Any], ref: dict[str, Any] | None, name: str, rule: str) -> str:
+    if ref is None:
+        return f"{t['prices'][name][rule] / 1e6:.2f}M"
+    return f"{t['prices'][name][rule] / ref['prices'][name][rule]:.3f}"
 
 
 def plot(results: list[dict[str, Any]], by: dict[str, dict[str, Any]], path: Path) -> None:
@@ -578,6 +743,18 @@ def plot(results: list[dict[str, Any]], by: dict[str, dict[str, Any]], path: Pat
 # -- the command ------------------------------------------------------------------------------
 
 
+def pick(text: str) -> set[int]:
+    """``--runs``: line indices and ranges (``0-9,12``), inclusive."""
+    chosen: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            first, _, last = part.partition("-")
+            chosen.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want indices and ranges like 0-9,12, got {text!r}") from None
+    return chosen
+
+
 def parse_set(items: list[str]) -> dict[str, dict[str, Any]]:
     """``--set name=json``: a gateway setting (an overlay, see :data:`GATEWAY`)."""
     out = {}
@@ -604,10 +781,21 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                         help="an extra gateway setting: a config overlay, e.g. "
                         "'wide={\"model_info\": {\"max_input_tokens\": 128000}}'")
     parser.add_argument("--limit", type=int, help="only the first N runs of the file")
+    parser.add_argument("--runs", type=pick, help="only these runs (line indices of the file, from 0): "
+                        "e.g. 0-9 or 3,7 or 0-4,60")
     parser.add_argument("--half", choices=("even", "odd"), help="only one half of the split: the runs at "
                         "even or odd line indices of the file (from 0)")
     parser.add_argument("--quick", action="store_true", help="the shortest run of each framework")
     parser.add_argument("--max-tokens", type=int, default=None, help="max_tokens sent to the gateway (none)")
+    parser.add_argument("--jobs", type=int, default=2, help="settings replayed at once, each in a process "
+                        "of its own (default 2: this machine's cores; 1: all in this process)")
+    parser.add_argument("--pauses", type=int, default=0, metavar="EVERY",
+                        help="the client pauses past the cache lifetime before about one step in EVERY "
+                        "(seeded per run; the provider's cache is empty after it): gateway settings really "
+                        "wait, and are told the lifetime; every setting is priced with it (default 0: none)")
+    parser.add_argument("--lifetime", type=float, default=Options.lifetime_s, metavar="S",
+                        help=f"the cache lifetime with --pauses, in seconds; a pause lasts {PAUSE_PAST} "
+                        f"times it (default {Options.lifetime_s})")
     parser.add_argument("--content-only", action="store_true",
                         help="price message contents only, not the tool calls' names and arguments")
     parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
@@ -617,7 +805,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                         "predict that a line of a long output is used later (bench.agent_signals)")
     args = parser.parse_args(argv)
 
-    overlays = {**GATEWAY, **parse_set(args.set)}
+    overlays = {**GATEWAY, **MORE, **parse_set(args.set)}
     names = args.settings.split(",") if args.settings else default + [n for n in overlays if n not in default]
     known = [*CLIENT, *agent_oracle.SIZES, *overlays]
     unknown = [n for n in names if n not in known]
@@ -628,6 +816,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
         runs = half(runs, args.half)
     if args.quick:
         runs = quick(runs)
+    if args.runs is not None:
+        runs = [t for t in runs if t.index in args.runs]
     if args.limit:
         runs = runs[: args.limit]
     if args.signals:
@@ -638,7 +828,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     started = time.perf_counter()
     print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
           file=sys.stderr, flush=True)
-    results = [run_setting(name, runs, overlays, args.max_tokens, not args.content_only) for name in names]
+    options = Options(args.max_tokens, not args.content_only, args.pauses, args.lifetime)
+    results = run_settings(names, runs, overlays, options, args.jobs, args.data)
     text, by = table(results)
     seconds = time.perf_counter() - started
     print(text)

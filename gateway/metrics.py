@@ -67,6 +67,10 @@ class Metrics:
                                     ["model", "outcome"], registry=r)
         self.prefix_reused_tokens = Counter("mixpr_prefix_reused_tokens", "Prompt tokens sent exactly as in "
                                             "the conversation's previous request", ["model"], registry=r)
+        self.cache_turns = Counter("mixpr_cache_turns", "Multi-turn requests by whether the provider's "
+                                   "cache still held the conversation's prefix (cold: sent longer ago "
+                                   "than the model's cache lifetime; gateway.conversation.warmth)",
+                                   ["model", "state"], registry=r)
         self.resets = Counter("mixpr_resets", "Multi-turn requests with a reset since the previous "
                               "request (their older messages compressed harder: one cache miss)",
                               ["model"], registry=r)
@@ -140,6 +144,8 @@ class Metrics:
     def record_prefix(self, model: str, outcome: Any) -> None:
         """One request of a multi-turn conversation (``gateway.conversation.history``)."""
         self.new_forms.labels(model).inc(outcome.new_forms)
+        if outcome.cache:
+            self.cache_turns.labels(model, outcome.cache).inc()
         if outcome.reset:
             self.resets.labels(model).inc()
             kind = "reset"

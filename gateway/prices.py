@@ -12,7 +12,12 @@ documented defaults in relative units:
   cache write costs 1.25x), 1.0 x input otherwise (OpenAI-style automatic caching has no write premium).
 
 A model whose entry has an input price but no cache price gets the same ratios times its own input
-price. ``source`` says whether the input price is the model's own ("litellm") or the default.
+price. When the operator's ``model_info`` sets an input price and no cache price, the cache prices keep
+the ratios LiteLLM's list has between its own (e.g. Claude Sonnet 4.5: reads 0.1x, writes 1.25x), now
+of the operator's input price: a contract's discount applies to cached tokens too, and the list's
+absolute cache prices beside a lower input price would make a cache read dearer than it is relative to
+input (and a reset worth more than it is). Cache prices the operator sets stand as set.
+``source`` says whether the input price is the model's own ("litellm") or the default.
 """
 
 from __future__ import annotations
@@ -57,18 +62,28 @@ def prices_for(model: str, model_info: Mapping[str, Any] | None = None) -> Price
 @lru_cache(maxsize=1024)
 def _prices(model: str, input_: float | None, read: float | None, write: float | None) -> Prices:
     entry = model_map(model, own_entry=True) if None in (input_, read, write) else {}
-    input_ = input_ if input_ is not None else _price(entry, PRICE_KEYS[0])
+    listed = _price(entry, PRICE_KEYS[0])
+    input_ = input_ if input_ is not None else listed
     source = "litellm" if input_ is not None else "default"
     if input_ is None:
         input_ = DEFAULT_INPUT
-    read = read if read is not None else _price(entry, PRICE_KEYS[1])
-    write = write if write is not None else _price(entry, PRICE_KEYS[2])
-    return Prices(
-        input=input_,
-        cache_read=read if read is not None else DEFAULT_READ_RATIO * input_,
-        cache_write=write if write is not None else _write_ratio(model) * input_,
-        source=source,
-    )
+    if read is None:
+        read = _cache(entry, PRICE_KEYS[1], listed, input_, DEFAULT_READ_RATIO)
+    if write is None:
+        write = _cache(entry, PRICE_KEYS[2], listed, input_, _write_ratio(model))
+    return Prices(input=input_, cache_read=read, cache_write=write, source=source)
+
+
+def _cache(entry: Mapping[str, Any], key: str, listed: float | None, input_: float, default: float) -> float:
+    """The cache price ``key`` for the input price in force: the list's own when that is the list's
+    input price (or the list has none to scale by), else the list's ratio to its input price times
+    it; ``default`` times it when the list has no such price."""
+    price = _price(entry, key)
+    if price is None:
+        return default * input_
+    if not listed or input_ == listed:
+        return price
+    return price / listed * input_
 
 
 def _write_ratio(model: str) -> float:

@@ -87,6 +87,7 @@ class Outcome:
     # so far (the prompt at first-sight forms less the prompt sent, at the cache-read price).
     reset_saving: tuple[float, float] | None = None
     shadow: tuple[tuple[str, str], ...] = ()  # observe mode's x-mixpr-shadow* headers (core.shadow)
+    cache: str | None = None  # "cold" or "warm": the provider's cache, as far as the gateway knows
 
 
 class Compressor:

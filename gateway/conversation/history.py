@@ -35,7 +35,7 @@ from typing import Any
 
 from gateway.compress import conversation, policy
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.conversation import checks, evidence, forms, recut, report, resets, task
+from gateway.conversation import checks, evidence, forms, recut, repeats, report, resets, task, warmth
 from gateway.conversation.assembly import assemble
 from gateway.conversation.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
 from gateway.conversation.counts import counts
@@ -64,6 +64,7 @@ class History:
         self.store = FormStore(self.cache, shared, metrics)  # this memory, then the replicas' Redis
         self.metrics = metrics
         self.sent = Sent(REMEMBERED_BYTES)
+        self.warmth = warmth.Warmth(self.store)  # when each conversation's prefix was last sent
 
     async def prepare(self, request: Request, model_name: str = "") -> Outcome:
         """The messages to forward for ``request``, and the report."""
@@ -71,7 +72,8 @@ class History:
             outcome = await self.today(request)
             if request.settings.prefix.enabled and not outcome.failed_open:  # what a follow-up extends
                 # Hashing every message grows with the request's bytes, not only its items.
-                await self.compressor.builds.run(self._remember, request, outcome.messages, model_name)
+                await self.compressor.builds.run(self._remember, request, outcome.messages, model_name,
+                                                 asyncio.get_running_loop())
             return outcome
         started = time.perf_counter()
         ticket = self.compressor.ticket()
@@ -134,6 +136,10 @@ class History:
             space = replace(space, fill=request.settings.prefix.document_fill)
         reach = resets.Reach(request.messages)
         previous = resets.previous_end(request.messages, held_back=request.conversation)
+        prefixes = chain(request.messages, model_name)
+        visit = self.warmth.last(prefixes[previous], bridge.loop) if previous >= 0 else None
+        cold = warmth.cold(visit, request.cache_lifetime_s)
+        here = len(request.messages) - 1 if cold and _cold_cut(request, space.gated) else None
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
                              lambda: self._first_sight(plan, bridge, space.at),
                              _verbatim_first(request))
@@ -143,10 +149,15 @@ class History:
             recut=lambda i, end, budget, levels, wide: self._recut(plan, bridge, i, end, budget, levels,
                                                                    wide, reach.user(i)),
             limit=space.limit, worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
-            gated=space.gated)
+            gated=space.gated, cold=warmth.points(visit, here),
+            repeats=lambda i, end, levels: self._repeats(plan, bridge, i, end, levels))
         scanned = resets.scan(sizes, plan.constant, rules, snapshot_at=previous)
         sent = assemble(plan, scanned.levels)
-        return report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0])
+        outcome = report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0],
+                                 prefixes)
+        # Sent now (the provider's cache lifetime runs from here), with where cold turns reset it.
+        self.warmth.keep(prefixes[-1], warmth.Visit(time.time(), tuple(sorted(rules.cold))), bridge.loop)
+        return replace(outcome, cache=None if cold is None else ("cold" if cold else "warm"))
 
     def _first_sight(self, plan: Plan, bridge: Bridge, room: int) -> list[int]:
         """Every message's tokens at its first-sight form (computed only once the scan needs them: a
@@ -188,6 +199,28 @@ class History:
         touched = {plan.pieces[n].message for n in numbers}
         return {j: plan.size(j, level) for j in sorted(touched)}
 
+    def _repeats(self, plan: Plan, bridge: Bridge, i: int, end: int,
+                 levels: Sequence[resets.Level]) -> dict[int, int]:
+        """A cold point ``i``'s cut (``gateway.conversation.repeats``): the tool outputs of ``[0, end)``
+        without the lines a later message up to ``i`` repeats; the new size of each message it cut."""
+        numbers = [n for n, p in enumerate(plan.pieces) if p.message <= i]
+        texts = [(plan.text(n, levels[plan.pieces[n].message]),
+                  plan.pieces[n].role == "tool" and plan.pieces[n].message < end) for n in numbers]
+        cut = {n: text for n, text in zip(numbers, repeats.cut(texts), strict=True) if text is not None}
+        # Counted once per text, here or on a replica: every later request makes this cut again.
+        tokens = counts(self.store, list(cut.values()), plan.request.target.model, bridge.loop)
+        level = resets.cold_level(i, end)
+        touched = set()
+        for (number, text), size in zip(cut.items(), tokens, strict=True):
+            plan.forms[(number, level)] = (text, size)
+            touched.add(plan.pieces[number].message)
+        # A message's other pieces keep their text at the level it had: carried to the new one.
+        for number, piece in enumerate(plan.pieces):
+            if piece.message in touched and (number, level) not in plan.forms:
+                before = levels[piece.message]
+                plan.forms[(number, level)] = (plan.text(number, before), plan.piece_size(number, before))
+        return {j: plan.size(j, level) for j in sorted(touched)}
+
     def _fell_back(self, request: Request, outcome: Outcome, model_name: str) -> Outcome:
         """``outcome`` (the whole request compressed, after a failed build) reported as a reset
         unless the previous request's messages go as this instance sent them (or, not remembered, as
@@ -204,8 +237,11 @@ class History:
         kept = len(before) == previous + 1 and common(digests, before) >= previous + 1
         return outcome if kept else replace(outcome, reset=True)
 
-    def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str) -> None:
-        self.sent.put(chain(request.messages, model_name)[-1], [digest(m) for m in sent])
+    def _remember(self, request: Request, sent: list[dict[str, Any]], model_name: str,
+                  loop: asyncio.AbstractEventLoop) -> None:
+        name = chain(request.messages, model_name)[-1]
+        self.sent.put(name, [digest(m) for m in sent])
+        self.warmth.keep(name, warmth.Visit(time.time()), loop)  # a follow-up finds its cache warm or cold
 
     def _plan(self, request: Request, cap: int, loop: asyncio.AbstractEventLoop) -> Plan:
         model = request.target.model
@@ -326,6 +362,12 @@ def _multi_turn(request: Request) -> bool:
     conversation's: ``Request.conversation``), forms on and compression allowed."""
     return (request.settings.prefix.enabled and request.control.enabled is not False
             and (request.conversation or any(m.get("role") == "assistant" for m in request.messages)))
+
+
+def _cold_cut(request: Request, gated: bool) -> bool:
+    """Whether a cold turn cuts (``prefix.cold_reset``; "auto": in cost mode, whose resets are gated)."""
+    wanted = request.settings.prefix.cold_reset
+    return gated if wanted == "auto" else wanted
 
 
 def _verbatim_first(request: Request) -> bool:

@@ -29,6 +29,7 @@ class Request:
     router: Router | None
     more_evidence: float = 1.0  # Self-Route's retry: this many times the evidence, on the last message only
     conversation: bool = False  # per-message forms even without an assistant row (``/v1/compress``)
+    cache_lifetime_s: float | None = None  # the provider's cache lifetime (``gateway.conversation.warmth``)
 
 
 @dataclass

@@ -19,9 +19,10 @@ ORIGINAL = resets.ORIGINAL
 
 
 def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,
-            model_name: str, memory: Sent, read: float = 0.1) -> Outcome:
+            model_name: str, memory: Sent, read: float = 0.1, prefixes: list[str] | None = None) -> Outcome:
     """What is sent for ``plan`` at the scan's levels (``sent``), with its report; ``memory``: what
-    this instance sent for earlier requests (updated with this one)."""
+    this instance sent for earlier requests (updated with this one); ``prefixes``: the request's
+    ``sent.chain``, when the caller has it."""
     request = plan.request
     target = request.target
     original = target.tokens(plan.constant + sum(plan.size(j, ORIGINAL) for j in range(len(sent))))
@@ -32,7 +33,7 @@ def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previo
     problems = checks.problems(request.messages, sent)
     if problems or final > target.limit:
         return fallback(plan, problems, original, final)
-    same, basis = reused(plan, scanned, sent, previous, model_name, memory)
+    same, basis = reused(plan, scanned, sent, previous, model_name, memory, prefixes)
     kept = plan.constant + sum(sizes[:same]) if same else 0
     # Never on /v1/compress's rows: they go back among rows the caller held back (whose own
     # breakpoints this request cannot count toward Anthropic's 4), each in the shape it came.
@@ -82,13 +83,13 @@ class DoesNotFit(ContextLengthExceeded):
 
 
 def reused(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previous: int,
-           model_name: str, memory: Sent) -> tuple[int, str]:
+           model_name: str, memory: Sent, prefixes: list[str] | None = None) -> tuple[int, str]:
     """How many messages at the start of ``sent`` are byte-identical to what was sent for the
     previous request, and how that is known: ``remembered`` (this instance sent it),
     ``recomputed`` (the scan as it stood at the previous request, with this request's
     parameters) or ``none`` (no previous request)."""
     digests = [digest(m) for m in sent]
-    prefixes = chain(plan.request.messages, model_name)
+    prefixes = prefixes or chain(plan.request.messages, model_name)
     memory.put(prefixes[-1], digests)
     if previous < 0:
         return 0, "none"

@@ -85,6 +85,18 @@ class Rules:
     limit: int | None = None
     worth: Worth | None = None
     gated: bool = False
+    # Where the provider's cache was cold (``gateway.conversation.warmth``): the whole prefix was
+    # written again there anyway, so a cut there costs no extra write and is made whatever the gate
+    # says, once the conversation has forms: ``repeats`` (the older outputs' lines a later message
+    # repeats, ``gateway.conversation.repeats``), each message's new size at ``cold_level``.
+    cold: frozenset[int] = frozenset()
+    repeats: Callable[[int, int, Sequence[Level]], dict[int, int]] | None = None
+
+
+def cold_level(i: int, end: int) -> Level:
+    """The level of what a cold point ``i``'s cut over ``[0, end)`` left: never a reset's ``(i, end)``,
+    which a reset at the same point may make after it."""
+    return (i, -1 - end)
 
 
 def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Scan:
@@ -110,6 +122,9 @@ def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Sc
         result.levels.append(level)
         current.append(size)
         result.total += size
+        if switched and i in rules.cold and rules.repeats is not None:
+            end = rules.older_end(i)
+            walk.apply(i, cold_level(i, end), rules.repeats(i, end, result.levels))
         if result.total > rules.room:
             if not switched:
                 switched, formed = True, list(sizes.first_sight())
@@ -163,7 +178,7 @@ class _Walk:
         markers and placeholders are counted after the fact) is asked again for less. With ``widen``
         (the room): short texts too when the long ones alone are cramped (``HEADROOM``). Whether it
         reset."""
-        result, current, movable = self.result, self.current, self.rules.movable
+        result, movable = self.result, self.rules.movable
         if end <= 0:
             return False
         pool = movable(i, end, result.levels, wide)
@@ -175,16 +190,24 @@ class _Walk:
         expected = worth(result.total, result.total - pool + budget) if worth is not None else None
         if gated and expected is not None and expected <= 0:
             return False
-        sizes, saved = self._cut(i, end, budget, room, wide)
+        sizes, _ = self._cut(i, end, budget, room, wide)
+        if not self.apply(i, (i, end), sizes):
+            return False
+        if expected is not None:
+            result.expected[i] = result.expected.get(i, 0.0) + expected
+        return True
+
+    def apply(self, i: int, level: Level, sizes: dict[int, int]) -> bool:
+        """Messages ``sizes`` now at ``level``, with those sizes: a reset at ``i`` if that saves any."""
+        result, current = self.result, self.current
+        saved = sum(current[j] - size for j, size in sizes.items())
         if saved <= 0:
             return False  # nothing to gain: not a reset (it would change bytes for nothing)
         for j, size in sizes.items():
-            result.levels[j], current[j] = (i, end), size
+            result.levels[j], current[j] = level, size
         result.total -= saved
         if not result.points or result.points[-1] != i:
             result.points.append(i)
-        if expected is not None:
-            result.expected[i] = result.expected.get(i, 0.0) + expected
         return True
 
     def _cut(self, i: int, end: int, budget: int, room: int | None, wide: bool) -> tuple[dict[int, int], int]:

@@ -303,6 +303,22 @@ class FormStore:
             values = {name: self.shared.signed(name, FAILED) for name in names}
             loop.call_soon_threadsafe(self.shared.store, values, FAILED_TTL_S)
 
+    def values(self, names: Sequence[str], loop: asyncio.AbstractEventLoop | None) -> dict[str, bytes]:
+        """Values other than forms (``gateway.conversation.warmth``'s) that Redis holds of ``names``,
+        signed by this deployment; this memory keeps none of them (their owner does)."""
+        if self.shared is None:
+            return {}
+        shared = self.shared
+        fetched = self._fetched(list(dict.fromkeys(names)), loop)
+        checked = {name: shared.verified(name, stored) for name, stored in fetched.items()}
+        return {name: value for name, value in checked.items() if value is not None}
+
+    def keep_values(self, values: dict[str, bytes], loop: asyncio.AbstractEventLoop | None) -> None:
+        """Write ``values`` (not forms) to Redis, signed, without waiting; nothing without Redis."""
+        if self.shared is not None and loop is not None and values:
+            signed = {name: self.shared.signed(name, value) for name, value in values.items()}
+            loop.call_soon_threadsafe(self.shared.store, signed)
+
     async def aclose(self) -> None:
         if self.shared is not None:
             shared, self.shared = self.shared, None  # several preparers may share one store

@@ -25,7 +25,7 @@ from gateway.config import (
     max_input_tokens,
     max_output_tokens,
 )
-from gateway.conversation import shared_forms
+from gateway.conversation import shared_forms, warmth
 from gateway.conversation.history import History, Request
 from gateway.core import model_tokens, observe, reply, self_route
 from gateway.core.call import ChatCall, lowers
@@ -148,8 +148,10 @@ class Preparer:
                         self.scales[name], asked=kept.asked if kept.lowered else None,
                         prices=self.prices[name])
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
+        lifetime = warmth.lifetime(entry.upstream_model, settings.prefix.cache_lifetime_s, call.messages,
+                                   call.params)
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
-                          self.routers.get(settings.router_model or name), more, call.conversation)
+                          self.routers.get(settings.router_model or name), more, call.conversation, lifetime)
         assert history is not None  # set in __post_init__
         outcome = await _decide(history, request, name, prefix)
         counter = self.counters.get(name)
@@ -217,6 +219,7 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-new-forms": str(outcome.new_forms),
         "x-mixpr-resets": str(outcome.resets),
         "x-mixpr-reset": "true" if outcome.reset else "false",
+        **({"x-mixpr-cache": outcome.cache} if outcome.cache else {}),
         **_reset_saving(outcome.reset_saving),
         **reply.header(outcome.max_tokens),
         **dict(outcome.shadow),

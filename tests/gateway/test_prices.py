@@ -45,11 +45,26 @@ def test_a_made_up_litellm_entry_is_not_a_price():
 
 def test_model_info_overrides_win_key_by_key():
     info = {"input_cost_per_token": 1e-6, "max_input_tokens": 1000}
-    # The read price stays LiteLLM's (gpt-4o's), the write price follows the new input price.
-    assert prices_for("openai/gpt-4o", info) == Prices(1e-6, 1.25e-6, 1e-6, "litellm")
+    # The read price keeps LiteLLM's ratio for gpt-4o (half of input), the write follows the input.
+    assert prices_for("openai/gpt-4o", info) == Prices(1e-6, pytest.approx(5e-7), 1e-6, "litellm")
     full = {"input_cost_per_token": 2e-6, "cache_read_input_token_cost": 2e-7,
             "cache_creation_input_token_cost": 2.5e-6}
     assert prices_for("openai/unknown-model", full) == Prices(2e-6, 2e-7, 2.5e-6, "litellm")
+
+
+def test_an_input_price_alone_keeps_the_lists_cache_ratios():
+    # Issue 46: Claude Sonnet 4.5 is listed at $3 input, $0.30 reads, $3.75 writes. An operator's
+    # contract price of $1.50 input gets reads at 0.10x and writes at 1.25x of it (the list's
+    # ratios), not the list's absolute $0.30 and $3.75 (0.20x and 2.50x), which would double what
+    # the reset gate thinks a reset saves.
+    prices = prices_for("anthropic/claude-sonnet-4-5", {"input_cost_per_token": 1.5e-6})
+    assert prices == Prices(1.5e-6, pytest.approx(1.5e-7), pytest.approx(1.875e-6), "litellm")
+
+
+def test_cache_prices_the_operator_sets_stand():
+    info = {"input_cost_per_token": 1.5e-6, "cache_read_input_token_cost": 5e-7}
+    prices = prices_for("anthropic/claude-sonnet-4-5", info)
+    assert prices == Prices(1.5e-6, 5e-7, pytest.approx(1.875e-6), "litellm")
 
 
 def test_an_input_price_alone_scales_the_default_cache_ratios():

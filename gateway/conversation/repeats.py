@@ -1,0 +1,65 @@
+"""A cold turn's cut: lines of older tool outputs that a later message repeats word for word.
+
+An agent reads the same file, the same test log, the same grep again and again, so much of an older
+output is sent twice. Where the provider's cache is cold (``gateway.conversation.warmth``) the whole
+prefix is written again anyway; dropping the earlier copies then costs no extra write, and loses
+nothing the model could read: every dropped line is still in the request, later. A cut made for the
+task (``gateway.conversation.recut``) at the same point lost a fifth of the facts the agent's next
+steps used (dev split, issue 46).
+
+The cut of one output is a pure function of its text and of the lines sent after it (up to the cold
+point), so every later request makes it again. Runs of repeated lines shorter than ``MIN_RUN_CHARS``
+stay (their marker would save nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+MIN_LINE_CHARS = 8  # a shorter line ("}", "else:") is not worth a lookup, nor a fact of its own
+MIN_RUN_CHARS = 60  # a run of repeated lines shorter than this stays: its marker would cost as much
+
+
+def lines_of(text: str) -> set[str]:
+    """The lines of ``text`` a later copy makes redundant (stripped, long enough)."""
+    return {stripped for line in text.split("\n") if len(stripped := line.strip()) >= MIN_LINE_CHARS}
+
+
+def without_repeats(text: str, later: set[str]) -> str | None:
+    """``text`` without its runs of lines that ``later`` holds (each run becomes one marker line);
+    None when nothing is dropped."""
+    out: list[str] = []
+    run: list[str] = []
+    dropped = False
+    for line in [*text.split("\n"), None]:
+        if line is not None and line.strip() in later and len(line.strip()) >= MIN_LINE_CHARS:
+            run.append(line)
+            continue
+        dropped |= _flush(run, out)
+        run = []
+        if line is not None:
+            out.append(line)
+    return "\n".join(out) if dropped else None
+
+
+def _flush(run: list[str], out: list[str]) -> bool:
+    """Put ``run`` (repeated lines) into ``out``: one marker if it is long enough, else as it was."""
+    if sum(len(line) for line in run) < MIN_RUN_CHARS:
+        out.extend(run)
+        return False
+    out.append(f"[... {len(run)} lines repeated below ...]")
+    return True
+
+
+def cut(texts: Iterable[tuple[str, bool]]) -> list[str | None]:
+    """For texts in message order (each with whether it may be cut), each cuttable one without the
+    lines a later text holds (after that one's own cut), or None when it keeps every line."""
+    items = list(texts)
+    later: set[str] = set()
+    out: list[str | None] = [None] * len(items)
+    for number in range(len(items) - 1, -1, -1):
+        text, cuttable = items[number]
+        if cuttable:
+            out[number] = without_repeats(text, later)
+        later |= lines_of(out[number] if out[number] is not None else text)
+    return out

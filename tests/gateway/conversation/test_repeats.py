@@ -1,0 +1,35 @@
+"""A cold turn's cut: older tool outputs lose the lines a later message repeats word for word."""
+
+from __future__ import annotations
+
+from gateway.conversation import repeats
+
+
+def _file(name: str, lines: int) -> str:
+    return "\n".join(f"{i:4}\tdef {name}_{i}(value): return parse(value)" for i in range(lines))
+
+
+def test_the_earlier_copy_loses_the_lines_a_later_one_repeats_and_nothing_is_lost() -> None:
+    older = "$ cat a.py\n" + _file("a", 20) + "\nexit 0"
+    newer = "$ cat a.py again\n" + _file("a", 10)
+    cut = repeats.cut([(older, True), ("only here: " + _file("b", 3), True), (newer, False)])
+    assert cut[2] is None  # the newest copy stays whole (and it may not be cut anyway)
+    assert cut[1] is None  # nothing of it is repeated
+    kept = cut[0]
+    assert kept is not None and "[... 10 lines repeated below ...]" in kept
+    assert "def a_15(value)" in kept and "def a_5(value)" not in kept
+    request = "\n".join(text if c is None else c for (text, _), c in zip(
+        [(older, True), ("", True), (newer, False)], cut, strict=True))
+    for line in older.split("\n"):  # every line of the original is still somewhere in the request
+        assert line.strip() in request
+
+
+def test_a_short_run_of_repeats_stays() -> None:
+    shared = "x = compute(value)"  # one short line: its marker would save nothing
+    assert repeats.cut([(f"first\n{shared}\nlast", True), (shared, False)]) == [None, None]
+
+
+def test_only_what_may_be_cut_is_cut() -> None:
+    text = _file("c", 10)
+    assert repeats.cut([(text, False), (text, False)]) == [None, None]
+    assert repeats.cut([(text, True), (text, False)])[0] == "[... 10 lines repeated below ...]"
