@@ -171,6 +171,9 @@ class ModelInfo(BaseModel):
     input_cost_per_token: float | None = Field(None, ge=0)
     cache_read_input_token_cost: float | None = Field(None, ge=0)
     cache_creation_input_token_cost: float | None = Field(None, ge=0)
+    # Whether the upstream serves the Responses API itself, so /v1/responses is relayed to it as the
+    # client sent it (gateway.upstream.responses_relay); unset: OpenAI's own API and Azure do.
+    responses_api: bool | None = None
 
 
 class ModelEntry(_Strict):
