@@ -37,7 +37,8 @@ tests never race on shared state:
 
 ``/responses`` (the Responses API, for the gateway's Responses relay) answers with ``RESPONSE``, or
 streamed with ``response_events`` (named events, an unknown one among them, as OpenAI sends them);
-``mode-midstream`` drops the connection after the first events.
+``mode-midstream`` drops the connection after the first events; ``mode-error-event`` sends the first
+events and then an ``error`` event whose message quotes operator data (``LEAK_TEXT``).
 
 ``/embeddings`` answers every input with a small vector (base64 when asked), and ``/completions``
 (legacy text completions) with the canned text, streamed or not; the modes above apply to both.
@@ -338,6 +339,10 @@ async def _write_responses(writer: asyncio.StreamWriter, model: str, body: dict[
         return True
     writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
     events = response_events(model)
+    if model == "mode-error-event":
+        error = {"type": "error", "sequence_number": 2, "code": "server_error", "message": LEAK_TEXT,
+                 "param": None}
+        events = [*events[:2], b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"]
     for piece in events[:2] if model == "mode-midstream" else events:
         writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
         await writer.drain()

@@ -20,7 +20,7 @@ import openai
 import pytest
 from conftest import MASTER_KEY, SMALL_WINDOW, ServerThread
 from corpus import QUESTION, haystack
-from fake_upstream import RESPONSE, FakeUpstream, response_events
+from fake_upstream import LEAK_KEY, LEAK_PATH, RESPONSE, FakeUpstream, response_events
 
 from gateway import create_app
 from gateway.config import parse_config
@@ -63,6 +63,8 @@ def service(upstream: FakeUpstream) -> Iterator[httpx.Client]:
     config = {"model_list": [entry("codex", "openai/echo", responses_api=True),
                              entry("broken", "openai/mode-500", responses_api=True),
                              entry("cut", "openai/mode-midstream", responses_api=True),
+                             entry("leaky", "openai/mode-leak-500", responses_api=True),
+                             entry("leaky-stream", "openai/mode-error-event", responses_api=True),
                              entry("chat-only", "openai/echo")],
               "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
                                    "compression_executor": "thread"}}
@@ -151,6 +153,15 @@ def test_upstream_errors_are_mapped_as_on_every_path(service: httpx.Client) -> N
     assert response.status_code == 500
     error = response.json()["error"]
     assert error["message"] == "The upstream broke" and "127.0.0.1" not in response.text
+
+
+@pytest.mark.parametrize("model, stream", [("leaky", False), ("leaky-stream", True)])
+def test_the_operators_values_never_reach_the_client(service: httpx.Client, model: str, stream: bool) -> None:
+    """An upstream's error status, or an error event in its stream, quoting keys, hosts and files."""
+    response = service.post("/v1/responses", json={"model": model, "input": "Hi.", "stream": stream})
+    assert "error" in response.text
+    for leaked in (LEAK_KEY, LEAK_PATH, "hunter2"):
+        assert leaked not in response.text
 
 
 def test_a_stream_cut_midway_ends_with_an_error_event(service: httpx.Client) -> None:
