@@ -1,0 +1,78 @@
+"""The real Codex CLI through the gateway's Responses relay (issue 48): a model whose upstream serves
+the Responses API itself (``model_info.responses_api``), scripted as OpenAI would answer
+(``fake_responses_agent``), with a 32k-token window that the 15 files Codex reads overflow.
+
+Codex keeps what the upstream's answers carried (a ``compaction`` item, reasoning items with
+``encrypted_content``) and sends it back on every turn: each must reach the upstream exactly as the
+upstream sent it, while the long file outputs are compressed to fit. The release (pinned, or newest
+with ``make clients``) and its install: ``agent_clients``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from agent_clients import CLIENT_TIMEOUT_S, CODEX, FILES, WINDOW, gateway, write_project
+from conftest import MASTER_KEY
+from fake_chat_agent import CALL_ID, FINAL
+from fake_responses_agent import COMPACTION, FakeResponsesAgent, reasoning
+
+MODEL = "relay-32k"
+TASK = "Read each of the files the project holds and report the code written at the top of each."
+
+
+def _run(url: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """``codex exec`` with the gateway as its model provider, as a user configures it."""
+    codex_home = home / "codex-home"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        f'model = "{MODEL}"\nmodel_provider = "mixpr"\n[model_providers.mixpr]\nname = "mixpr"\n'
+        f'base_url = "{url}/v1"\nenv_key = "MIXPR_KEY"\nwire_api = "responses"\n')
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "CODEX_HOME": str(codex_home),
+           "MIXPR_KEY": MASTER_KEY}
+    return subprocess.run([str(CODEX.executable()), "exec", "--skip-git-repo-check",
+                           "--dangerously-bypass-approvals-and-sandbox", TASK],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+
+
+def _entry(api_base: str) -> dict[str, Any]:
+    return {"model_name": MODEL, "model_info": {"max_input_tokens": WINDOW, "responses_api": True},
+            "litellm_params": {"model": "openai/reader", "api_base": api_base, "api_key": "sk-upstream"}}
+
+
+def _canonical(item: dict[str, Any]) -> str:
+    """An item as JSON with sorted keys, no ``id`` and no null field (Codex sends back an output item's
+    fields, not its id, and writes ``"content": null`` for a reasoning item without content)."""
+    return json.dumps({k: v for k, v in item.items() if k != "id" and v is not None}, sort_keys=True)
+
+
+def test_codex_through_the_relay_keeps_opaque_items_whole(tmp_path: Path) -> None:
+    project = write_project(tmp_path, FILES)
+    upstream = FakeResponsesAgent(project).start()
+    try:
+        with gateway(_entry(upstream.url), MASTER_KEY) as served:
+            done = _run(served.url, Path(project[0]).parent, tmp_path)
+            metrics, failures = served.metrics(), served.failures()
+    finally:
+        upstream.stop()
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    assert not failures and FINAL in done.stdout
+    loop = upstream.loop_requests()
+    assert len(loop) == FILES + 1
+    last = loop[-1]["input"]
+    calls = [i["call_id"] for i in last if i.get("type") == "function_call"]
+    outputs = [i["call_id"] for i in last if i.get("type") == "function_call_output"]
+    assert calls == outputs == [f"{CALL_ID}{n}" for n in range(FILES)]
+    kept = [_canonical(i) for i in last if i.get("type") in ("compaction", "reasoning")]
+    print("codex sent back:", sorted({i.get("type") for i in last}), "opaque items:", len(kept))
+    # What Codex sends back of the opaque items reaches the upstream with every field it made.
+    made = {_canonical(COMPACTION), *(_canonical(reasoning(n)) for n in range(FILES + 1))}
+    assert kept and all(item in made for item in kept), kept[:3]
+    sizes = sum(Path(p).stat().st_size for p in project)
+    results = sum(len(json.dumps(i["output"])) for i in last if i.get("type") == "function_call_output")
+    assert sizes / 4 > WINDOW and results < 0.8 * sizes
+    assert 'action="compressed"' in metrics
