@@ -23,6 +23,7 @@ The gateway keeps no state: ``previous_response_id``, ``conversation``, ``store:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -38,7 +39,14 @@ from litellm.responses.litellm_completion_transformation.transformation import (
 from starlette.responses import JSONResponse, Response
 
 from gateway.api import responses_items as items
-from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.api.common import (
+    authorized_body,
+    event_stream,
+    is_int_at_least,
+    parse_control,
+    parsed,
+    relayed_events,
+)
 from gateway.core import cache_key
 from gateway.core.chat import ChatCall, report_headers
 from gateway.core.reply import forwarded
@@ -105,27 +113,16 @@ async def _relayed(gateway: Any, body: dict[str, Any], entry: Any, to: responses
     reply = await responses_relay.send(gateway.chat.http, to, payload, model=body["model"], on_usage=on_usage)
     headers = {**reply.headers, **report_headers(outcome)}
     if reply.stream is not None:
-        return event_stream(_relayed_events(reply.stream), headers, upstream=reply.stream)
+        events = relayed_events(reply.stream, functools.partial(_error_event, reply.stream))
+        return event_stream(events, headers, upstream=reply.stream)
     return Response(reply.content, media_type="application/json", headers=headers)
 
 
-async def _relayed_events(events: responses_relay.ResponseEvents) -> AsyncIterator[bytes]:
-    """The upstream's whole events; a failure midway, or an end before the response's last event,
-    becomes a Responses ``error`` event (after the last whole event, never inside one)."""
-    error: GatewayError | None = None
-    try:
-        async for block in events:
-            yield block
-    except GatewayError as failed:
-        error = failed
-    if error is None and not events.ended_well:
-        error = GatewayError("The upstream stream ended before its response did.", status_code=502,
-                             code="upstream_connection_error")
-    if error is not None:
-        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
-        event = {"type": "error", "sequence_number": events.count, "code": error.code or error.error_type,
-                 "message": error.message, "param": error.param}
-        yield b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+def _error_event(events: responses_relay.ResponseEvents, error: GatewayError) -> bytes:
+    """The Responses API's ``error`` event, numbered after the upstream's last."""
+    event = {"type": "error", "sequence_number": events.count, "code": error.code or error.error_type,
+             "message": error.message, "param": error.param}
+    return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
 
 
 def _check_model(body: Any) -> None:

@@ -33,7 +33,7 @@ import orjson
 from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
 from gateway.run import offload
 from gateway.upstream import http, shapes, sse
-from gateway.upstream.chat_relay import OPENAI_BASE
+from gateway.upstream.chat_relay import openai_base, openai_headers
 from gateway.upstream.redaction import redact
 from gateway.upstream.statuses import ERROR_BODY_BYTES, status_error
 
@@ -82,13 +82,9 @@ def target(entry: ModelEntry, *, timeout: float) -> Target | None:
         base = str(params.get("api_base") or os.environ.get("AZURE_API_BASE") or "").rstrip("/")
         return Target(base + "/openai/v1/responses", name,
                       {"content-type": "application/json", "api-key": str(key)}, http.phases(float(seconds)))
-    base = (params.get("api_base") or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
-            or OPENAI_BASE)
     key = params.get("api_key") or os.environ.get("OPENAI_API_KEY") or ""
-    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
-    if isinstance(params.get("organization"), str):
-        headers["openai-organization"] = params["organization"]
-    return Target(str(base).rstrip("/") + "/responses", name, headers, http.phases(float(seconds)))
+    return Target(str(openai_base(params)).rstrip("/") + "/responses", name, openai_headers(str(key), params),
+                  http.phases(float(seconds)))
 
 
 def _serves_responses(entry: ModelEntry, provider: str, params: dict[str, Any]) -> bool:

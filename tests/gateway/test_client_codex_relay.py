@@ -11,32 +11,16 @@ with ``make clients``) and its install: ``agent_clients``.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
-from agent_clients import CLIENT_TIMEOUT_S, CODEX, FILES, WINDOW, gateway, write_project
+from agent_clients import FILES, WINDOW, codex_exec, gateway, write_project
 from conftest import MASTER_KEY
 from fake_chat_agent import CALL_ID, FINAL
 from fake_responses_agent import COMPACTION, FakeResponsesAgent, reasoning
 
 MODEL = "relay-32k"
 TASK = "Read each of the files the project holds and report the code written at the top of each."
-
-
-def _run(url: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    """``codex exec`` with the gateway as its model provider, as a user configures it."""
-    codex_home = home / "codex-home"
-    codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(
-        f'model = "{MODEL}"\nmodel_provider = "mixpr"\n[model_providers.mixpr]\nname = "mixpr"\n'
-        f'base_url = "{url}/v1"\nenv_key = "MIXPR_KEY"\nwire_api = "responses"\n')
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "CODEX_HOME": str(codex_home),
-           "MIXPR_KEY": MASTER_KEY}
-    return subprocess.run([str(CODEX.executable()), "exec", "--skip-git-repo-check",
-                           "--dangerously-bypass-approvals-and-sandbox", TASK],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
 
 
 def _entry(api_base: str) -> dict[str, Any]:
@@ -55,7 +39,7 @@ def test_codex_through_the_relay_keeps_opaque_items_whole(tmp_path: Path) -> Non
     upstream = FakeResponsesAgent(project).start()
     try:
         with gateway(_entry(upstream.url), MASTER_KEY) as served:
-            done = _run(served.url, Path(project[0]).parent, tmp_path)
+            done = codex_exec(MODEL, TASK, served.url, Path(project[0]).parent, tmp_path)
             metrics, failures = served.metrics(), served.failures()
     finally:
         upstream.stop()
