@@ -80,6 +80,7 @@ def target(entry: ModelEntry, *, timeout: float) -> Target | None:
     if provider == "azure":
         key = params.get("api_key") or os.environ.get("AZURE_API_KEY") or ""
         base = str(params.get("api_base") or os.environ.get("AZURE_API_BASE") or "").rstrip("/")
+        base = base.removesuffix("/openai/v1").removesuffix("/openai")  # the resource, however written
         return Target(base + "/openai/v1/responses", name,
                       {"content-type": "application/json", "api-key": str(key)}, http.phases(float(seconds)))
     key = params.get("api_key") or os.environ.get("OPENAI_API_KEY") or ""

@@ -26,8 +26,10 @@ def test_openai_itself_serves_responses() -> None:
     assert to.headers["authorization"] == "Bearer sk-up"
 
 
-def test_azure_serves_its_v1_responses() -> None:
-    entry = _entry("azure/my-gpt5", api_base="https://acme.openai.azure.com/", api_key="k" * 32)
+@pytest.mark.parametrize("base", ["https://acme.openai.azure.com/", "https://acme.openai.azure.com/openai",
+                                  "https://acme.openai.azure.com/openai/v1/"])
+def test_azure_serves_its_v1_responses(base: str) -> None:
+    entry = _entry("azure/my-gpt5", api_base=base, api_key="k" * 32)
     to = responses_relay.target(entry, timeout=30)
     assert to is not None and to.url == "https://acme.openai.azure.com/openai/v1/responses"
     assert to.model == "my-gpt5" and to.headers["api-key"] == "k" * 32
