@@ -61,6 +61,7 @@ def service(upstream: FakeUpstream) -> Iterator[httpx.Client]:
                 "litellm_params": {"model": model, "api_base": upstream.base_url, "api_key": "sk-up"},
                 "mixpr": {"router": "heuristic"}}
     config = {"model_list": [entry("codex", "openai/echo", responses_api=True),
+                             entry("codex-200k", "openai/echo", responses_api=True, max_input_tokens=200_000),
                              entry("broken", "openai/mode-500", responses_api=True),
                              entry("cut", "openai/mode-midstream", responses_api=True),
                              entry("leaky", "openai/mode-leak-500", responses_api=True),
@@ -187,6 +188,25 @@ def test_a_chat_upstream_refuses_what_it_cannot_take(service: httpx.Client, upst
     error = response.json()["error"]
     assert error["param"] == "input[1]" and error["code"] == code
     assert upstream.received() == []
+
+
+ODD_ITEMS = [
+    {"type": 5, "x": None}, {"role": 7, "content": 3.5}, {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": None}, "a bare string", {"type": "input_file", "file_id": "file-1"}]},
+    {"type": "function_call_output", "call_id": None, "output": {"content": "x", "success": False}},
+    {"type": "function_call", "name": ["odd"], "arguments": {"not": "a string"}},
+    {"type": "reasoning", "summary": "not a list", "encrypted_content": 12},
+]
+
+
+def test_odd_items_go_as_sent_never_a_5xx(service: httpx.Client, upstream: FakeUpstream) -> None:
+    """Items the gateway has no view of are the upstream's to judge: relayed as sent, not a crash."""
+    upstream.clear()
+    body = {"model": "codex-200k", "input": ODD_ITEMS}  # each opaque part counts as an image would
+    response = service.post("/v1/responses", json=body)
+    assert response.status_code == 200, response.text
+    [seen] = _relayed(upstream)
+    assert seen.json == {**body, "model": "echo"}
 
 
 def test_bad_relayed_bodies_are_400(service: httpx.Client, upstream: FakeUpstream) -> None:
