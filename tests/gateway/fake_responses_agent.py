@@ -6,9 +6,11 @@ the input, it calls the client's shell tool (a ``function`` tool named as in ``f
 to ``cat`` the next file; then it answers :data:`FINAL` and every ``CODE-<n>-...`` it can still see.
 Every answer carries a reasoning item with ``encrypted_content`` (what ``store: false`` clients must
 send back), and the first one also a ``compaction`` item (OpenAI's server-side compaction): both
-opaque, so a client that keeps them sends them back as they came. Streamed (named events, as OpenAI
-sends them: ``response.created``, each item's ``added`` / ``done``, ``response.completed`` with the
-usage) or not, as asked; every request body is kept in ``requests``.
+opaque, so a client that keeps them sends them back as they came. A request with a
+``compaction_trigger`` item (a client compacting remotely) gets one ``compaction`` item instead; the
+first answer's usage can be set (``first_usage``) past a client's limit, so that it compacts.
+Streamed (named events, as OpenAI sends them: ``response.created``, each item's ``added`` / ``done``,
+``response.completed`` with the usage) or not, as asked; every request body is kept in ``requests``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from fake_chat_agent import CALL_ID, CODE, FINAL, SHELLS
 USAGE = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
          "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}
 COMPACTION = {"id": "cmp_agent", "type": "compaction", "encrypted_content": "gAAAAB-agent-compaction-0=="}
+# What a request ending in a ``compaction_trigger`` item gets (Codex's remote compaction, v2): one
+# ``compaction`` item, which the client sends on in place of the history it summarises.
+REMOTE_COMPACTION = {"id": "cmp_remote", "type": "compaction",
+                     "encrypted_content": "gAAAAB-agent-remote-compaction=="}
 
 
 def reasoning(n: int) -> dict[str, Any]:
@@ -34,10 +40,12 @@ def reasoning(n: int) -> dict[str, Any]:
 
 
 class FakeResponsesAgent:
-    def __init__(self, files: list[str]) -> None:
+    def __init__(self, files: list[str], *, first_usage: int = USAGE["total_tokens"]) -> None:
         self.files = files
         self.requests: list[dict[str, Any]] = []
+        self.compactions: list[dict[str, Any]] = []  # the requests that asked to compact
         self.answers = 0
+        self.first_usage = first_usage  # the first answer's total_tokens: past a client's limit, it compacts
 
     def start(self) -> FakeResponsesAgent:
         fake = self
@@ -88,8 +96,13 @@ class FakeResponsesAgent:
         n = self.answers
         self.answers += 1
         items = [reasoning(n), *([COMPACTION] if n == 0 else []), self._next(body)]
+        kinds = {i.get("type") for i in body.get("input") or [] if isinstance(i, dict)}
+        if "compaction_trigger" in kinds:
+            self.compactions.append(body)
+            items = [REMOTE_COMPACTION]
+        usage = USAGE if n else {**USAGE, "input_tokens": self.first_usage, "total_tokens": self.first_usage}
         return {"id": f"resp_agent_{n}", "object": "response", "created_at": int(time.time()),
-                "status": "completed", "model": body.get("model"), "output": items, "usage": USAGE}
+                "status": "completed", "model": body.get("model"), "output": items, "usage": usage}
 
     def _next(self, body: dict[str, Any]) -> dict[str, Any]:
         """The next call, or the final message."""

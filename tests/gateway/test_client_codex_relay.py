@@ -11,13 +11,15 @@ with ``make clients``) and its install: ``agent_clients``.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
-from agent_clients import FILES, WINDOW, codex_exec, gateway, write_project
+from agent_clients import CLIENT_TIMEOUT_S, CODEX, FILES, WINDOW, codex_exec, gateway, write_project
 from conftest import MASTER_KEY
 from fake_chat_agent import CALL_ID, FINAL
-from fake_responses_agent import COMPACTION, FakeResponsesAgent, reasoning
+from fake_responses_agent import COMPACTION, REMOTE_COMPACTION, FakeResponsesAgent, reasoning
 
 MODEL = "relay-32k"
 TASK = "Read each of the files the project holds and report the code written at the top of each."
@@ -60,3 +62,45 @@ def test_codex_through_the_relay_keeps_opaque_items_whole(tmp_path: Path) -> Non
     results = sum(len(json.dumps(i["output"])) for i in last if i.get("type") == "function_call_output")
     assert sizes / 4 > WINDOW and results < 0.8 * sizes
     assert 'action="compressed"' in metrics
+
+
+def _openai_exec(url: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """``codex exec`` on its built-in OpenAI provider pointed at the gateway (``openai_base_url``):
+    the provider Codex compacts remotely with, once a turn's usage passes its limit."""
+    codex_home = home / "codex-home"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(f'model = "{MODEL}"\nmodel_auto_compact_token_limit = 20000\n'
+                                            f'openai_base_url = "{url}/v1"\n')
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "CODEX_HOME": str(codex_home),
+           "OPENAI_API_KEY": MASTER_KEY, "CODEX_API_KEY": MASTER_KEY}
+    return subprocess.run([str(CODEX.executable()), "exec", "--skip-git-repo-check",
+                           "--dangerously-bypass-approvals-and-sandbox", TASK],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+
+
+def test_codex_compacts_remotely_through_the_relay(tmp_path: Path) -> None:
+    """The upstream's first answer reports 50k tokens, past Codex's limit: Codex compacts remotely, a
+    Responses request ending in a ``compaction_trigger`` item (with the earlier ``compaction`` item,
+    encrypted reasoning and its ``client_metadata``), which must reach the upstream whole; then it
+    sends the ``compaction`` item it got back on, whole, and finishes the task."""
+    project = write_project(tmp_path, 3)
+    upstream = FakeResponsesAgent(project, first_usage=50_000).start()
+    try:
+        with gateway(_entry(upstream.url), MASTER_KEY) as served:
+            done = _openai_exec(served.url, Path(project[0]).parent, tmp_path)
+            failures = served.failures()
+    finally:
+        upstream.stop()
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    assert not failures and FINAL in done.stdout
+    [compacting] = upstream.compactions
+    assert compacting["input"][-1]["type"] == "compaction_trigger"
+    assert _sealed(compacting) >= {COMPACTION["encrypted_content"], reasoning(0)["encrypted_content"]}
+    assert isinstance(compacting.get("client_metadata"), dict)  # a field LiteLLM's translation drops
+    after = upstream.requests[upstream.requests.index(compacting) + 1:]
+    assert after and all(REMOTE_COMPACTION["encrypted_content"] in _sealed(r) for r in after)
+
+
+def _sealed(request: dict[str, Any]) -> set[str]:
+    """The ``encrypted_content`` of every item of ``request`` that has one, as the upstream got it."""
+    return {i["encrypted_content"] for i in request["input"] if isinstance(i.get("encrypted_content"), str)}
