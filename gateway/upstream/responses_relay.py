@@ -76,7 +76,9 @@ def target(entry: ModelEntry, *, timeout: float) -> Target | None:
     provider, _, name = entry.upstream_model.partition("/")
     if not name or set(params) - CONNECTION_PARAMS or not _serves_responses(entry, provider, params):
         return None
-    seconds = params.get("timeout") or timeout
+    seconds = params.get("timeout")
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds <= 0:
+        seconds = timeout  # unset, or a value no timeout can be made of
     if provider == "azure":
         key = params.get("api_key") or os.environ.get("AZURE_API_KEY") or ""
         base = str(params.get("api_base") or os.environ.get("AZURE_API_BASE") or "").rstrip("/")
@@ -90,10 +92,10 @@ def target(entry: ModelEntry, *, timeout: float) -> Target | None:
 
 def _serves_responses(entry: ModelEntry, provider: str, params: dict[str, Any]) -> bool:
     declared = getattr(entry.model_info, "responses_api", None)
+    if provider == "azure":  # whatever is declared, an Azure deployment needs its resource's address
+        return declared is not False and bool(params.get("api_base") or os.environ.get("AZURE_API_BASE"))
     if declared is not None:
-        return bool(declared) and provider in ("openai", "azure")
-    if provider == "azure":
-        return bool(params.get("api_base") or os.environ.get("AZURE_API_BASE"))
+        return bool(declared) and provider == "openai"
     return provider == "openai" and not params.get("api_base") and not (
         os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE"))
 

@@ -41,9 +41,17 @@ def test_azure_serves_its_v1_responses(base: str) -> None:
     _entry("openai/gpt-5", {"responses_api": False}),  # the operator turned it off
     _entry("openai/gpt-5", temperature=0.2),  # a setting LiteLLM's translation applies
     _entry("azure/my-gpt5"),  # Azure without a resource to send to
+    _entry("azure/my-gpt5", {"responses_api": True}),  # declared, still nowhere to send
+    _entry("azure/my-gpt5", {"responses_api": False}, api_base="https://acme.openai.azure.com"),  # off
 ])
 def test_everything_else_keeps_the_translation(entry: ModelEntry) -> None:
     assert responses_relay.target(entry, timeout=30) is None
+
+
+@pytest.mark.parametrize("timeout", ["soon", 0, -1, True])
+def test_an_odd_timeout_falls_back_to_the_gateways(timeout: Any) -> None:
+    to = responses_relay.target(_entry("openai/gpt-5", api_key="sk-up", timeout=timeout), timeout=30)
+    assert to is not None and to.timeout.sock_read == 30
 
 
 def test_a_declared_openai_style_server_is_relayed() -> None:
