@@ -68,12 +68,14 @@ clients: $(VENV)/.installed-test
 
 # The LiteLLM plug-in's and the guardrail endpoints' tests (tests/gateway/plugins, the generic guardrail
 # API, /v1/compress) with the newest LiteLLM that installs from PyPI (`make test` runs the locked one), in
-# .venv-litellm-newest: the locked packages first, then litellm[proxy] moved to its newest release and only
-# what that needs with it (each run moves on to a newer one). Its version is printed before the tests.
+# .venv-litellm-newest: the locked packages first, then litellm[proxy] moved to the newest release whose
+# [proxy] extra resolves from the registry, and only what that needs with it (tools/litellm_newest.py: a
+# release pinning a companion package the registry lacks, litellm-enterprise, litellm-proxy-extras or
+# litellm-proxy, is printed with the resolver's reason and skipped). Its version is printed before the tests.
 LITELLM_NEWEST := .venv-litellm-newest
 LITELLM_TESTS  := tests/gateway/plugins tests/gateway/api/test_api_guardrail.py tests/gateway/api/test_api_compress.py
 litellm-newest: $(LITELLM_NEWEST)/.installed
-	$(BIN)/uv pip install --quiet --python $(LITELLM_NEWEST)/bin/python --upgrade-package litellm 'litellm[proxy]'
+	$(LITELLM_NEWEST)/bin/python tools/litellm_newest.py --python $(LITELLM_NEWEST)/bin/python --uv $(BIN)/uv
 	$(LITELLM_NEWEST)/bin/python -c 'import importlib.metadata as m; print("litellm", m.version("litellm"))'
 	$(LITELLM_NEWEST)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 $(LITELLM_TESTS)
 

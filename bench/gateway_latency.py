@@ -92,7 +92,7 @@ def start_upstream() -> tuple[subprocess.Popen, str]:
 
 
 def write_config(folder: Path, upstream: str, window: int, executor: str = "process",
-                 raw_relay: bool = True) -> Path:
+                 raw_relay: bool = True, shadow_share: float | None = None) -> Path:
     def params(name: str) -> dict[str, str]:
         return {"model": f"openai/{name}", "api_base": upstream, "api_key": "k"}
 
@@ -107,7 +107,8 @@ def write_config(folder: Path, upstream: str, window: int, executor: str = "proc
         ],
         "mixpr_settings": {"budget_tokens": 4000, "router": "auto"},
         "general_settings": {"max_body_bytes": 64 * 1024 * 1024, "compression_executor": executor,
-                             "raw_relay": raw_relay},
+                             "raw_relay": raw_relay,
+                             **({} if shadow_share is None else {"shadow_share": shadow_share})},
     }))
     return config
 
@@ -248,6 +249,28 @@ def observe_vs_passthrough(merged: dict[str, Any]) -> dict[str, float]:
         added = merged["added"]
         out[f"{observed} - {plain} added p50 ms"] = added[observed]["p50"] - added[plain]["p50"]
     return out
+
+
+def shadow_counts(gateway: str) -> tuple[float, float]:
+    """The observe-mode model's would-have work so far: (computed, skipped), from ``/metrics``."""
+    with urllib.request.urlopen(gateway + "/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counts = {"computed": 0.0, "skipped": 0.0}
+    for line in text.splitlines():
+        if 'model="observe"' not in line or line.startswith("#"):
+            continue
+        if line.startswith("mixpr_shadow_requests_total") and 'result="computed"' in line:
+            counts["computed"] += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("mixpr_shadow_skipped_total"):
+            counts["skipped"] += float(line.rsplit(" ", 1)[1])
+    return counts["computed"], counts["skipped"]
+
+
+def sampled_share(before: tuple[float, float], after: tuple[float, float]) -> dict[str, float]:
+    """Of the observe-mode conversations offered to the would-have work during a run, the share it
+    computed (the rest skipped: the queue full, or its share of the time used, issue 48)."""
+    computed, skipped = after[0] - before[0], after[1] - before[1]
+    return {"observe conv sampled share": computed / (computed + skipped) if computed + skipped else 0.0}
 
 
 PROXY_KEY = "sk-bench-5f0c2a9e7d3b41c8a6e2f9d07b1c3e5a"  # the LiteLLM proxy refuses to start without one
@@ -484,7 +507,7 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
         config = write_config(Path(folder), upstream, window=128_000, executor=args.executor,
-                              raw_relay=not args.no_relay)
+                              raw_relay=not args.no_relay, shadow_share=args.shadow_share)
         try:
             gateway_proc = start_gateway(config, port, args.gateway_workers)
         except BaseException:  # a gateway that never came up must not leave the upstream running
@@ -509,8 +532,11 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                     return results
                 for concurrency in () if args.skip_passthrough else (1, 32):
                     total = args.requests if concurrency == 1 else args.requests * 3
+                    before = shadow_counts(gateway)
                     results[f"passthrough_c{concurrency}"] = await passthrough(upstream, gateway, session,
                                                                                total, concurrency, proxy)
+                    results[f"passthrough_c{concurrency}"]["observe"].update(
+                        sampled_share(before, shadow_counts(gateway)))
                     print_passthrough(concurrency, results[f"passthrough_c{concurrency}"])
                 if args.passthrough_only:
                     return results
@@ -597,6 +623,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-relay", action="store_true",
                         help="the gateway with raw_relay: false (every request through LiteLLM, as before)")
     parser.add_argument("--passthrough-only", action="store_true", help="only part 1")
+    parser.add_argument("--shadow-share", type=float, default=None,
+                        help="the gateway's general_settings.shadow_share (default: the gateway's own)")
     parser.add_argument("--quick", action="store_true", help="200 requests, a 200k-token big prompt")
     parser.add_argument("--recall-only", action="store_true", help="only the recall comparison")
     parser.add_argument("--skip-recall", action="store_true", help="skip part 4 (needs ../shared/data)")

@@ -187,6 +187,9 @@ class ModelInfo(BaseModel):
     input_cost_per_token: float | None = Field(None, ge=0)
     cache_read_input_token_cost: float | None = Field(None, ge=0)
     cache_creation_input_token_cost: float | None = Field(None, ge=0)
+    # Whether the upstream serves the Responses API itself, so /v1/responses is relayed to it as the
+    # client sent it (gateway.upstream.responses_relay); unset: OpenAI's own API and Azure do.
+    responses_api: bool | None = None
 
 
 class ModelEntry(_Strict):
@@ -285,6 +288,10 @@ class GeneralSettings(_Strict):
     # Observe mode: requests whose would-have figures wait to be computed after their response; past
     # it a request is skipped (counted), so the shadow work never grows with the load.
     shadow_queue: int = Field(8, ge=1, le=1024)
+    # Observe mode: the largest share of the time the would-have work may take. After a computation of
+    # t seconds none starts (and requests are skipped) for t * (1 - share) / share, so the work overlaps
+    # at most about this share of requests, and never grows with the load (gateway.core.shadow).
+    shadow_share: float = Field(0.05, gt=0, le=1)
 
     @field_validator("deployment_secret")
     @classmethod

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
 from litellm.llms.anthropic.pass_through.adapters.transformation import truncate_tool_name
 
+from gateway.api.json_paths import Path, get, replaced
 from gateway.errors import BadRequest
 
 log = logging.getLogger("gateway.api.anthropic_blocks")
@@ -37,7 +37,6 @@ ERROR_MARK = "[tool error]"
 # Blocks an OpenAI chat upstream has a form for; any other type is refused for it (Anthropic gets all).
 OPENAI_FORMS = frozenset({"text", "image", "document", "search_result", "tool_use", "tool_result",
                           "thinking", "redacted_thinking"})
-Path = tuple[str | int, ...]
 
 
 # -- the view ------------------------------------------------------------------------------------
@@ -184,35 +183,16 @@ def write_back(body: dict[str, Any], sent: Sequence[dict[str, Any]]) -> dict[str
             if SOURCE in part:
                 seen = True
                 path = tuple(part[SOURCE])
-                if _get(body, path) != part.get("text"):
+                if get(body, path) != part.get("text"):
                     writes[path] = part.get("text")
             elif part.get("type") == "text" and origin and isinstance(part.get("text"), str):
                 added.setdefault(origin, ([], []))[1 if seen else 0].append(part["text"])
     if not writes and not added:
         return body
-    out = _replaced(body, sorted(writes.items(), key=lambda w: str(w[0])))
+    out = replaced(body, sorted(writes.items(), key=lambda w: str(w[0])))
     for origin, (before, after) in added.items():
         out = _with_added(out, origin, before, after)
     return out
-
-
-def _get(node: Any, path: Path) -> Any:
-    for key in path:
-        node = node[key]
-    return node
-
-
-def _replaced(node: Any, writes: Sequence[tuple[Path, Any]]) -> Any:
-    """A copy of ``node`` with each ``(path, value)`` written; only the containers on a path copied."""
-    if any(not path for path, _ in writes):
-        return next(value for path, value in writes if not path)
-    groups: dict[Any, list[tuple[Path, Any]]] = defaultdict(list)
-    for path, value in writes:
-        groups[path[0]].append((path[1:], value))
-    copy: Any = list(node) if isinstance(node, list) else dict(node)
-    for key, sub in groups.items():
-        copy[key] = _replaced(node[key], sub)
-    return copy
 
 
 def _with_added(body: dict[str, Any], origin: tuple[int, ...], before: list[str],
@@ -220,13 +200,13 @@ def _with_added(body: dict[str, Any], origin: tuple[int, ...], before: list[str]
     """Text blocks the gateway added, put into the message (or tool result) they were added to:
     ``before`` ahead of its first block that is not a tool result (Anthropic wants tool results first)."""
     path: Path = ("messages", origin[0], "content") + ((origin[1], "content") if len(origin) > 1 else ())
-    content = _get(body, path)
+    content = get(body, path)
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content or [])
     first = next((k for k, b in enumerate(blocks)
                   if not (isinstance(b, dict) and b.get("type") == "tool_result")), len(blocks))
     texts = [{"type": "text", "text": t} for t in before]
     blocks = [*blocks[:first], *texts, *blocks[first:], *({"type": "text", "text": t} for t in after)]
-    return _replaced(body, [(path, blocks)])
+    return replaced(body, [(path, blocks)])
 
 
 # -- the OpenAI forms ----------------------------------------------------------------------------

@@ -31,7 +31,14 @@ from litellm.utils import supports_mid_conversation_system
 from starlette.responses import JSONResponse, Response
 
 from gateway.api import anthropic_blocks as blocks
-from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.api.common import (
+    authorized_body,
+    event_stream,
+    is_int_at_least,
+    parse_control,
+    parsed,
+    relayed_events,
+)
 from gateway.core import cache_key
 from gateway.core.chat import ChatCall, report_headers
 from gateway.core.reply import forwarded
@@ -133,7 +140,7 @@ async def _relayed(gateway: Any, call: ChatCall, body: dict[str, Any], entry: An
                **report_headers(outcome)}
     media = reply.headers.get("content-type") or reply.headers.get("Content-Type")
     if reply.stream is not None:
-        return event_stream(_relayed_events(reply.stream), headers, upstream=reply.stream)
+        return event_stream(relayed_events(reply.stream, _error_event), headers, upstream=reply.stream)
     if reply.status < 400:
         gateway.metrics.record_usage(entry.model_name, relay.usage(reply.content))
     return Response(reply.content, status_code=reply.status, media_type=media or "application/json",
@@ -200,25 +207,12 @@ async def _sse(events: AsyncIterator[bytes], failure: _Failure) -> AsyncIterator
     if failure.error is not None:  # the status line is long gone: report it in-band
         error = failure.error
         log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
-        data = json.dumps(error_json(error.message, error.status_code))
-        yield f"event: error\ndata: {data}\n\n".encode()
+        yield _error_event(error)
 
 
-async def _relayed_events(events: relay.MessageEvents) -> AsyncIterator[bytes]:
-    """The upstream's whole events; a failure midway, or an end without ``message_stop``, becomes
-    Anthropic's in-band ``error`` event (after the last whole event, never inside one)."""
-    error: GatewayError | None = None
-    try:
-        async for block in events:
-            yield block
-    except GatewayError as failed:
-        error = failed
-    if error is None and not events.ended_well:
-        error = GatewayError("The upstream stream ended before its message did.", status_code=502,
-                             code="upstream_connection_error")
-    if error is not None:
-        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
-        yield f"event: error\ndata: {json.dumps(error_json(error.message, error.status_code))}\n\n".encode()
+def _error_event(error: GatewayError) -> bytes:
+    """Anthropic's in-band ``error`` event."""
+    return f"event: error\ndata: {json.dumps(error_json(error.message, error.status_code))}\n\n".encode()
 
 
 def _plain(message: Any) -> dict[str, Any]:

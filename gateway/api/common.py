@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, TypeVar
 
 from fastapi import Request
@@ -11,9 +12,11 @@ from starlette.responses import StreamingResponse
 
 from gateway.compress.policy import is_int_at_least, parse_control  # noqa: F401  (the adapters read them here)
 from gateway.edge.body import read_json
-from gateway.errors import Unauthorized
+from gateway.errors import GatewayError, Unauthorized
 from gateway.run import offload
 from gateway.upstream import http
+
+log = logging.getLogger("gateway.api.common")
 
 T = TypeVar("T")
 # Proxies must neither cache nor buffer a stream of server-sent events.
@@ -74,3 +77,21 @@ class ClosingStream(StreamingResponse):
         finally:
             await http.closed(self.body_iterator)
             await http.closed(self.upstream)
+
+
+async def relayed_events(events: Any, error_event: Callable[[GatewayError], bytes]) -> AsyncIterator[bytes]:
+    """A raw relay's whole events (``events``: an ``sse.Events`` with ``ended_well``); a failure
+    midway, or an end before the answer's last event, becomes the API's in-band error event
+    (``error_event``), after the last whole event, never inside one."""
+    error: GatewayError | None = None
+    try:
+        async for block in events:
+            yield block
+    except GatewayError as failed:
+        error = failed
+    if error is None and not events.ended_well:
+        error = GatewayError("The upstream stream ended before its answer did.", status_code=502,
+                             code="upstream_connection_error")
+    if error is not None:
+        log.warning("upstream stream failed after start: %s %s", error.status_code, error.code)
+        yield error_event(error)

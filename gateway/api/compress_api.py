@@ -15,8 +15,18 @@ request's answer only appends.
 
 The answer also says what was saved (``tokens_before``, ``tokens_after``, ``tokens_saved``,
 ``compression_ratio``: after over before), as LiteLLM logs and bills it, and carries the gateway's
-``x-mixpr-*`` headers. No ``ccr_hashes``: nothing cut can be fetched again, so LiteLLM adds no
-retrieval tool. Compression that fails on the server lets the rows through unchanged (a 200, with
+``x-mixpr-*`` headers.
+
+LiteLLM 1.110 (``ccr_retrieval``, on by default) adds ``"config": {"mode": "ccr"}`` and an
+``x-headroom-affinity`` header (a hash of the caller's key and session): in ``ccr`` mode a service may
+cut text behind a marker, list its hashes in ``ccr_hashes``, and serve the originals from
+``GET /v1/retrieve/{hash}``. This gateway serves no retrieval: every mode (``ccr``, ``lossy_inline``,
+Headroom's alias ``lossless_then_lossy``, or none) is answered as ``lossy_inline``, the text MixPR
+keeps in place with no marker, and never ``ccr_hashes``, so LiteLLM offers the model no retrieval
+tool; ``x-mixpr-mode-served`` says so. The affinity is accepted and not needed: a row's form is a
+function of the row and the conversation, so every replica answers alike without a session.
+
+Compression that fails on the server lets the rows through unchanged (a 200, with
 ``x-mixpr-error``, and the same fields: the rows' tokens before and after): LiteLLM's default
 ``fail_closed`` would otherwise fail the user's request. Bad input,
 a wrong key or a model the gateway does not know are the caller's errors (4xx).
@@ -42,6 +52,9 @@ from mixpr.tokens import count_tokens
 router = APIRouter()
 PATH = "/v1/compress"
 TRANSFORM = "mixpr"
+# ``config.mode`` values callers send (LiteLLM 1.110: ``ccr``; Headroom's own clients: the others).
+MODES = ("ccr", "lossy_inline", "lossless_then_lossy")
+SERVED = "lossy_inline"  # what every mode gets: nothing is kept for retrieval
 
 
 @router.post(PATH)
@@ -52,12 +65,14 @@ async def compress(request: Request) -> JSONResponse:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("'model' must name a model in the gateway's model_list.", param="model")
+    asked = mode(body.get("config"))
     messages = await offload.inline_or_run(offload.many(body.get("messages")), validate_messages,
                                            body.get("messages"))
     control = parse_control(body.get("mixpr"), request.headers)
     # The caller forwards the rows only: the reply keeps the size it asked for.
     call = ChatCall(model, messages, reply_params(body, body.get("tools")), control, lowers_reply=False,
                     conversation=True)
+    served = {"x-mixpr-mode-served": SERVED} if asked else {}
     try:
         outcome = await gateway.chat.prepare(call)
     except GatewayError as exc:
@@ -66,8 +81,22 @@ async def compress(request: Request) -> JSONResponse:
         tokens = await offload.inline_or_run(offload.many(messages), _tokens, messages,
                                              gateway.chat.entry(model).upstream_model)
         unchanged = Outcome(messages, "passthrough", tokens, tokens)
-        return JSONResponse(answer(unchanged), headers={**report_headers(unchanged), **failed_headers(exc)})
-    return JSONResponse(answer(outcome), headers=report_headers(outcome))
+        return JSONResponse(answer(unchanged),
+                            headers={**report_headers(unchanged), **failed_headers(exc), **served})
+    return JSONResponse(answer(outcome), headers={**report_headers(outcome), **served})
+
+
+def mode(config: Any) -> str | None:
+    """The ``config.mode`` asked for (None: no mode); a 400 for a config or mode no caller sends."""
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise BadRequest("'config' must be an object.", param="config")
+    asked = config.get("mode")
+    if asked is not None and asked not in MODES:
+        raise BadRequest(f"'config.mode' must be one of {', '.join(MODES)} (every one is served as "
+                         f"{SERVED}: this gateway keeps nothing to retrieve).", param="config.mode")
+    return asked
 
 
 def _tokens(messages: list[dict[str, Any]], model: str) -> int:

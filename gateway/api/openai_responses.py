@@ -9,12 +9,21 @@ passes through uncompressed to a deployment the raw relay serves goes to the ups
 completions as bytes (``gateway.upstream.chat_relay``), without LiteLLM's call (which added about
 20 ms here, issue 30); the answer is read back from its JSON or its events.
 
+To an upstream that serves the Responses API itself (``gateway.upstream.responses_relay``:
+OpenAI, Azure, a server the operator declares) nothing is translated: a view of the items is
+compressed (``gateway.api.responses_items``), the kept texts are written back into the client's own
+request, and that request goes out with every other item and field as sent (``compaction`` items,
+encrypted reasoning, types and fields newer than LiteLLM); the answer, or its events, come back as
+the upstream sent them. To any other upstream, an item the translation would drop is refused with a
+400 naming it.
+
 The gateway keeps no state: ``previous_response_id``, ``conversation``, ``store: true`` and
 ``background`` are refused rather than silently ignored.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -29,12 +38,22 @@ from litellm.responses.litellm_completion_transformation.transformation import (
 )
 from starlette.responses import JSONResponse, Response
 
-from gateway.api.common import authorized_body, event_stream, is_int_at_least, parse_control, parsed
+from gateway.api import responses_items as items
+from gateway.api.common import (
+    authorized_body,
+    event_stream,
+    is_int_at_least,
+    parse_control,
+    parsed,
+    relayed_events,
+)
 from gateway.core import cache_key
-from gateway.core.chat import ChatCall
+from gateway.core.chat import ChatCall, report_headers
+from gateway.core.reply import forwarded
 from gateway.edge.remote_files import RESPONSES, refuse_urls
 from gateway.errors import BadRequest, GatewayError
-from gateway.upstream import chat_relay
+from gateway.run import offload
+from gateway.upstream import chat_relay, responses_relay
 from gateway.upstream import forward as upstream
 
 log = logging.getLogger("gateway.api.openai_responses")
@@ -49,7 +68,6 @@ STATEFUL = {
                     "none: send the whole conversation in 'input' instead.",
     "background": "'background' responses need server-side storage, which this gateway does not have.",
 }
-COMPACTION_ITEMS = ("compaction", "compaction_trigger")
 # Chat parameters of LiteLLM's translation that are its own, not the upstream's.
 NOT_FORWARDED = ("model", "messages", "stream", "custom_llm_provider", "extra_headers")
 
@@ -58,6 +76,11 @@ NOT_FORWARDED = ("model", "messages", "stream", "custom_llm_provider", "extra_he
 @router.post("/responses", include_in_schema=False)
 async def responses(request: Request) -> Response:
     gateway, body = await authorized_body(request)
+    _check_model(body)
+    entry = gateway.chat.entry(body["model"])
+    to = responses_relay.target(entry, timeout=gateway.config.general_settings.request_timeout_s)
+    if to is not None:
+        return await _relayed(gateway, body, entry, to, request)
     call = await parsed(parse_request, body, request.headers)
     downloads = upstream.downloads_image_urls(gateway.chat.entry(call.model).upstream_model)
     if downloads and isinstance(body["input"], list):
@@ -73,33 +96,88 @@ async def responses(request: Request) -> Response:
     return JSONResponse(response_object(completion, body), headers=reply.headers)
 
 
-def parse_request(body: Any, headers: Any) -> ChatCall:
-    """The Responses request as a chat call; refuses what a stateless gateway cannot honour."""
+async def _relayed(gateway: Any, body: dict[str, Any], entry: Any, to: responses_relay.Target,
+                   request: Request) -> Response:
+    """Compress the view, put what was kept back into the client's own request, and relay it."""
+    call = await parsed(parse_relayed, body, request.headers)
+    outcome = await gateway.chat.prepare(call)
+    big = offload.many(outcome.messages)  # the write-back walks every part
+    sent = await offload.inline_or_run(big, items.write_back, body, outcome.messages)
+    payload = forwarded({k: v for k, v in sent.items() if k != "mixpr"}, outcome.max_tokens,
+                        ("max_output_tokens",))
+    gateway.metrics.upstream_calls.labels(entry.model_name, "relay").inc()
+
+    def on_usage(usage: dict[str, Any] | None) -> None:
+        gateway.metrics.record_usage(entry.model_name, usage)
+
+    reply = await responses_relay.send(gateway.chat.http, to, payload, model=body["model"], on_usage=on_usage)
+    headers = {**reply.headers, **report_headers(outcome)}
+    if reply.stream is not None:
+        events = relayed_events(reply.stream, functools.partial(_error_event, reply.stream))
+        return event_stream(events, headers, upstream=reply.stream)
+    return Response(reply.content, media_type="application/json", headers=headers)
+
+
+def _error_event(events: responses_relay.ResponseEvents, error: GatewayError) -> bytes:
+    """The Responses API's ``error`` event, numbered after the upstream's last."""
+    event = {"type": "error", "sequence_number": events.count, "code": error.code or error.error_type,
+             "message": error.message, "param": error.param}
+    return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+
+
+def _check_model(body: Any) -> None:
     if not isinstance(body, dict):
         raise BadRequest("The request body must be a JSON object.")
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise BadRequest("You must provide a model parameter.", param="model")
+
+
+def parse_request(body: Any, headers: Any) -> ChatCall:
+    """The Responses request as a chat call; refuses what a stateless gateway cannot honour and what
+    the translation to chat would drop."""
+    _check(body)
+    items.refuse_untranslatable(body["input"])
+    chat = _translated(body, body["input"])
+    return _chat_call(body, chat["messages"], chat, headers)
+
+
+def parse_relayed(body: Any, headers: Any) -> ChatCall:
+    """The Responses request as a chat call over its view (``responses_items.view``), for the relay:
+    the translation reads only its parameters (tools, limits), for counting."""
+    _check(body)
+    chat = _translated(body, ".")
+    return _chat_call(body, items.view(body), chat, headers)
+
+
+def _check(body: Any) -> None:
+    _check_model(body)
     _refuse_state(body)
     _validate(body)
-    _refuse_compaction(body["input"])
     if isinstance(body["input"], list):
         refuse_urls(body["input"], RESPONSES)
-    control = parse_control(body.get("mixpr"), headers)
-    stream = bool(body.get("stream"))
+
+
+def _translated(body: dict[str, Any], given: Any) -> dict[str, Any]:
     options = {k: v for k, v in body.items() if k not in ("model", "input", "mixpr", "stream")}
     try:
-        chat = LiteLLMCompletionResponsesConfig.transform_responses_api_request_to_chat_completion_request(
-            model=model, input=body["input"], responses_api_request=options, stream=stream)
+        return LiteLLMCompletionResponsesConfig.transform_responses_api_request_to_chat_completion_request(
+            model=body["model"], input=given, responses_api_request=options, stream=bool(body.get("stream")))
     except Exception as exc:  # LiteLLM's translation rejects malformed items in its own ways
         raise BadRequest(f"'input' could not be read as Responses input items ({type(exc).__name__}).",
                          param="input") from None
+
+
+def _chat_call(body: dict[str, Any], messages: list[dict[str, Any]], chat: dict[str, Any],
+               headers: Any) -> ChatCall:
+    model, stream = body["model"], bool(body.get("stream"))
+    control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in chat.items() if k not in NOT_FORWARDED}
     if "prompt_cache_key" in body:  # LiteLLM's translation has no field for it
         params["prompt_cache_key"] = body["prompt_cache_key"]
     if stream:  # response.completed reports the usage: ask the upstream for it, not an estimate
         params.setdefault("stream_options", {"include_usage": True})
-    return ChatCall(model=model, messages=chat["messages"], params=params, control=control, stream=stream,
+    return ChatCall(model=model, messages=messages, params=params, control=control, stream=stream,
                     raw_reply=True, session=cache_key.session(headers))
 
 
@@ -110,20 +188,6 @@ def _refuse_state(body: dict[str, Any]) -> None:
     if body.get("store") is True:
         raise BadRequest("'store: true' asks the server to keep the response for later retrieval, and "
                          "this gateway keeps none: send 'store: false' or leave it out.", param="store")
-
-
-def _refuse_compaction(items: Any) -> None:
-    """A provider's compaction items (``compaction``: its encrypted summary; ``compaction_trigger``:
-    compact now) only the provider that made them can read: a chat upstream would get the
-    conversation without them, silently. Refused instead (``/v1/responses/compact`` relays compaction
-    to an upstream that has it)."""
-    for i, item in enumerate(items if isinstance(items, list) else ()):
-        if item.get("type") in COMPACTION_ITEMS:
-            raise BadRequest(f"input[{i}] is a '{item['type']}' item: provider-side compaction, which only "
-                             "OpenAI's own Responses API reads, and this gateway serves /v1/responses over "
-                             "chat completions. Compact on the client's side (or through "
-                             "/v1/responses/compact for an OpenAI model) and send the summary as a message.",
-                             param=f"input[{i}]", code="unsupported_compaction")
 
 
 def _validate(body: dict[str, Any]) -> None:

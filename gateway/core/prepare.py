@@ -67,7 +67,8 @@ class Preparer:
         self.entries = {m.model_name: m for m in self.config.model_list}
         # One price per model, for the reset gate (through each Target), observe mode and the reports.
         self.prices = {m.model_name: entry_prices(m) for m in self.config.model_list}
-        self.shadow = Shadow(self.config.general_settings.shadow_queue, self.metrics)  # observe mode's work
+        general = self.config.general_settings  # observe mode's work, bounded in count and in time
+        self.shadow = Shadow(general.shadow_queue, self.metrics, share=general.shadow_share)
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
         if self.history is None:
             general = self.config.general_settings

@@ -9,8 +9,16 @@ Per request, one of three things (the ``x-mixpr-shadow`` header says which):
 - ``sampled``: the compress-mode preparation runs after the response was sent
   (``gateway.core.after_response``), in one background task, one request at a time; its figures go to
   the metrics only.
-- ``skipped``: ``general_settings.shadow_queue`` requests already wait or run; nothing is computed,
-  ``mixpr_shadow_skipped_total`` counts it. Under load the figures are a sample, and say so.
+- ``skipped``: ``general_settings.shadow_queue`` requests already wait or run, or the work has used
+  its share of the time (below); nothing is computed, ``mixpr_shadow_skipped_total`` counts it. Under
+  load the figures are a sample, and say so.
+
+The work runs beside the requests that come next, and on two cores a compression beside them slows
+them (issue 48: +2.5 ms p50 at 32 clients, for conversations). So it may take at most
+``general_settings.shadow_share`` of the time: after a computation of ``t`` seconds, none starts and
+every offer is skipped for ``t * (1 - share) / share``. At most about that share of requests then
+overlaps the work, which leaves the median untouched; the share of requests computed
+(``computed`` over ``computed`` and skipped) is what the load leaves, and the metrics say it.
 
 Prices (``gateway.prices``) include the provider's prefix cache, so a saving the cache already gives
 is not claimed twice: the client's bytes are priced with their previous turn read from the cache,
@@ -25,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -71,10 +80,12 @@ def unchanged_headers(tokens: int) -> tuple[tuple[str, str], ...]:
 class Shadow:
     """The bounded background work of observe mode, and its metrics."""
 
-    def __init__(self, size: int, metrics: Metrics) -> None:
+    def __init__(self, size: int, metrics: Metrics, *, share: float = 1.0) -> None:
         self.size = size
         self.metrics = metrics
+        self.share = share
         self.held = 0  # requests given a place: waiting for their response, queued or running
+        self.resume_at = 0.0  # time.monotonic() before which no work starts, nor is any taken
         self._queue: asyncio.Queue[tuple[str, Prices, Callable[[], Awaitable[Figures]]]] | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -92,7 +103,7 @@ class Shadow:
     def offer(self, model: str, prices: Prices, work: Callable[[], Awaitable[Figures]]) -> str:
         """Queue ``work`` (the would-have preparation) to run after this request's response:
         ``sampled``; or, with the queue full, ``skipped``."""
-        if self.held >= self.size:
+        if self.held >= self.size or time.monotonic() < self.resume_at:
             self.metrics.shadow_skipped.labels(model).inc()
             return SKIPPED
         self.held += 1
@@ -110,6 +121,9 @@ class Shadow:
                        ) -> None:
         while True:  # one at a time: the shadow never takes more than one compression worker
             model, prices, work = await queue.get()
+            if (wait := self.resume_at - time.monotonic()) > 0:  # this share of the time is used up
+                await asyncio.sleep(wait)
+            started = time.monotonic()
             try:
                 self.record(model, await work(), prices, "computed")
             except GatewayError as exc:  # compressing would have refused it (too long), or was overloaded
@@ -121,6 +135,11 @@ class Shadow:
                 log.debug("traceback", exc_info=exc)
             finally:
                 self.held -= 1
+                self._pause(time.monotonic() - started)
+
+    def _pause(self, took: float) -> None:
+        """No work for as long as keeps the work's time within ``share`` of the whole."""
+        self.resume_at = time.monotonic() + took * (1 - self.share) / self.share
 
     async def aclose(self) -> None:
         if self._task is not None:

@@ -76,17 +76,28 @@ def route(entry: ModelEntry, *, timeout: float) -> Route | None:
     provider, _, name = entry.upstream_model.partition("/")
     if provider != "openai" or not name or not _identity(name):
         return None
-    base = (params.get("api_base") or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
-            or OPENAI_BASE)
+    base = openai_base(params)
     key = params.get("api_key") or os.environ.get("OPENAI_API_KEY")
     seconds = params.get("timeout", timeout)
     if not isinstance(base, str) or not isinstance(key, str) or not _number(seconds):
         return None  # LiteLLM reports a missing key or an odd setting in its own way
+    return Route(base.rstrip("/") + "/chat/completions", name, openai_headers(key, params),
+                 http.phases(seconds), supported_params(entry.upstream_model))
+
+
+def openai_base(params: dict[str, Any]) -> Any:
+    """Where an ``openai/`` deployment is served: its ``api_base``, else the environment's, as LiteLLM
+    reads them, else OpenAI's own API (every relay to such a deployment goes there)."""
+    return (params.get("api_base") or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
+            or OPENAI_BASE)
+
+
+def openai_headers(key: str, params: dict[str, Any]) -> dict[str, str]:
+    """The headers of every relayed request to an ``openai/`` deployment: its key and organization."""
     headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
     if isinstance(params.get("organization"), str):
         headers["openai-organization"] = params["organization"]
-    return Route(base.rstrip("/") + "/chat/completions", name, headers, http.phases(seconds),
-                 supported_params(entry.upstream_model))
+    return headers
 
 
 def _identity(name: str) -> bool:

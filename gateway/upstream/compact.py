@@ -18,7 +18,7 @@ import orjson
 
 from gateway.config import ModelEntry
 from gateway.upstream import http
-from gateway.upstream.chat_relay import OPENAI_BASE
+from gateway.upstream.chat_relay import openai_base, openai_headers
 from gateway.upstream.statuses import answer_error
 
 PATH = "/responses/compact"
@@ -37,13 +37,8 @@ def target(entry: ModelEntry) -> Target | None:
     if provider != "openai" or not name:
         return None
     params = entry.litellm_params
-    base = (params.get("api_base") or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
-            or OPENAI_BASE)
     key = params.get("api_key") or os.environ.get("OPENAI_API_KEY") or ""
-    headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
-    if isinstance(params.get("organization"), str):
-        headers["openai-organization"] = params["organization"]
-    return Target(str(base).rstrip("/") + PATH, name, headers)
+    return Target(str(openai_base(params)).rstrip("/") + PATH, name, openai_headers(str(key), params))
 
 
 async def relay(client: http.Client, to: Target, body: dict[str, Any], seconds: float) -> bytes:

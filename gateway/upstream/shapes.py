@@ -11,7 +11,8 @@ The path of keys to the field, per shape:
 * a chat.completion, each chat.completion.chunk, an Anthropic message: ``model``;
 * Anthropic's ``message_start`` event: ``message.model`` (its other events name no model).
 
-(Responses answers and events are the gateway's own, built from chat with the name asked for.)
+* a Responses object: ``model``; a Responses event: ``response.model`` (``responses_relay``: the
+  relayed ones; those built from chat are the gateway's own, with the name asked for).
 """
 
 from __future__ import annotations

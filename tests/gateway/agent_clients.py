@@ -178,6 +178,21 @@ def chat_model(name: str, api_base: str) -> dict[str, Any]:
             "litellm_params": {"model": "openai/reader", "api_base": api_base, "api_key": "sk-upstream"}}
 
 
+def codex_exec(model: str, prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
+    """``codex exec prompt`` with the gateway at ``url`` as its model provider (``wire_api =
+    "responses"``), as a user configures it, on ``model``."""
+    codex_home = home / "codex-home"
+    codex_home.mkdir(parents=True)
+    (codex_home / "config.toml").write_text(
+        f'model = "{model}"\nmodel_provider = "mixpr"\n[model_providers.mixpr]\nname = "mixpr"\n'
+        f'base_url = "{url}/v1"\nenv_key = "MIXPR_KEY"\nwire_api = "responses"\n')
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "CODEX_HOME": str(codex_home),
+           "MIXPR_KEY": MASTER_KEY}
+    return subprocess.run([str(CODEX.executable()), "exec", "--skip-git-repo-check",
+                           "--dangerously-bypass-approvals-and-sandbox", prompt],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+
+
 # -- the tasks and what every run must show ----------------------------------------------------------
 
 

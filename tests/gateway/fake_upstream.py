@@ -41,6 +41,11 @@ tests never race on shared state:
   the arguments in two pieces), with ``finish_reason: tool_calls``
 * anything else: a canned completion; ``stream=True`` gets SSE chunks and ``data: [DONE]``
 
+``/responses`` (the Responses API, for the gateway's Responses relay) answers with ``RESPONSE``, or
+streamed with ``response_events`` (named events, an unknown one among them, as OpenAI sends them);
+``mode-midstream`` drops the connection after the first events; ``mode-error-event`` sends the first
+events and then an ``error`` event whose message quotes operator data (``LEAK_TEXT``).
+
 ``/embeddings`` answers every input with a small vector (base64 when asked), and ``/completions``
 (legacy text completions) with the canned text, streamed or not; the modes above apply to both.
 
@@ -248,6 +253,8 @@ class FakeUpstream:
         if request.path.endswith("/responses/compact"):
             _write_json(writer, 200, COMPACTED)
             return True
+        if request.path.endswith("/responses"):
+            return await _write_responses(writer, mode, body)
         if request.path.endswith("/completions") and not request.path.endswith("/chat/completions"):
             return await _write_text_completion(writer, mode, bool(body.get("stream")))
         if mode == "mode-tool" and body.get("tools"):
@@ -301,6 +308,69 @@ COMPACTED = {
     "usage": {"input_tokens": 139, "input_tokens_details": {"cached_tokens": 128}, "output_tokens": 438,
               "output_tokens_details": {"reasoning_tokens": 64}, "total_tokens": 577},
 }
+
+
+# A Responses object as OpenAI's API reference shows one, with a compaction item it made (server-side
+# compaction) and the usage that includes it.
+RESPONSE = {
+    "id": "resp_fake", "object": "response", "created_at": 1764967971, "status": "completed",
+    "model": "echo", "error": None, "incomplete_details": None,
+    "output": [
+        {"id": "cmp_002", "type": "compaction", "encrypted_content": "gAAAAABpM0Yj-compacted-in-turn="},
+        {"id": "msg_fake", "type": "message", "status": "completed", "role": "assistant",
+         "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": REPLY_TEXT}]},
+    ],
+    "usage": {"input_tokens": 2139, "input_tokens_details": {"cached_tokens": 2048}, "output_tokens": 438,
+              "output_tokens_details": {"reasoning_tokens": 64}, "total_tokens": 2577},
+}
+
+
+def response_events(model: str) -> list[bytes]:
+    """The streamed answer: OpenAI's events for ``RESPONSE``, one of a type no API has yet among them."""
+    message = RESPONSE["output"][1]
+    started = {**RESPONSE, "model": model, "status": "in_progress", "output": [], "usage": None}
+    kinds: list[tuple[str, dict[str, Any]]] = [
+        ("response.created", {"response": started}), ("response.in_progress", {"response": started}),
+        ("response.output_item.added", {"output_index": 0, "item": {**message, "status": "in_progress",
+                                                                    "content": []}}),
+        ("response.future_event", {"detail": {"kept": True}}),
+        ("response.content_part.added", {"item_id": "msg_fake", "output_index": 0, "content_index": 0,
+                                         "part": {**message["content"][0], "text": ""}}),
+        ("response.output_text.delta", {"item_id": "msg_fake", "output_index": 0, "content_index": 0,
+                                        "delta": REPLY_TEXT[:5], "logprobs": []}),
+        ("response.output_text.delta", {"item_id": "msg_fake", "output_index": 0, "content_index": 0,
+                                        "delta": REPLY_TEXT[5:], "logprobs": []}),
+        ("response.output_text.done", {"item_id": "msg_fake", "output_index": 0, "content_index": 0,
+                                       "text": REPLY_TEXT, "logprobs": []}),
+        ("response.content_part.done", {"item_id": "msg_fake", "output_index": 0, "content_index": 0,
+                                        "part": message["content"][0]}),
+        ("response.output_item.done", {"output_index": 0, "item": message}),
+        ("response.completed", {"response": {**RESPONSE, "model": model}}),
+    ]
+    return [f"event: {kind}\ndata: ".encode() + json.dumps({"type": kind, "sequence_number": n, **fields},
+                                                           separators=(",", ":")).encode() + b"\n\n"
+            for n, (kind, fields) in enumerate(kinds)]
+
+
+async def _write_responses(writer: asyncio.StreamWriter, model: str, body: dict[str, Any]) -> bool:
+    if not body.get("stream"):
+        _write_json(writer, 200, {**RESPONSE, "model": model})
+        return True
+    writer.write(_head(200, {"Content-Type": "text/event-stream", "Transfer-Encoding": "chunked"}))
+    events = response_events(model)
+    if model == "mode-error-event":
+        error = {"type": "error", "sequence_number": 2, "code": "server_error", "message": LEAK_TEXT,
+                 "param": None}
+        events = [*events[:2], b"event: error\ndata: " + json.dumps(error).encode() + b"\n\n"]
+    for piece in events[:2] if model == "mode-midstream" else events:
+        writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        await writer.drain()
+    if model == "mode-midstream":
+        writer.transport.abort()
+        return False
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+    return True
 
 
 LLAMA_VALIDATION_500 = {

@@ -13,14 +13,12 @@ The release (pinned, or newest with ``make clients``) and its install: ``agent_c
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import codeword_task
 import pytest
 from agent_clients import (
-    CLIENT_TIMEOUT_S,
     CODEX,
     FILES,
     WINDOW,
@@ -29,6 +27,7 @@ from agent_clients import (
     assert_run_kept_codeword,
     chat_task,
     codeword_run,
+    codex_exec,
     write_project,
 )
 from conftest import MASTER_KEY
@@ -39,17 +38,7 @@ TASK = "Read each of the files the project holds and report the code written at 
 
 
 def _run(prompt: str, url: str, cwd: Path, home: Path) -> subprocess.CompletedProcess[str]:
-    """``codex exec prompt`` with the gateway as its model provider, as a user configures it."""
-    codex_home = home / "codex-home"
-    codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(
-        f'model = "{MODEL}"\nmodel_provider = "mixpr"\n[model_providers.mixpr]\nname = "mixpr"\n'
-        f'base_url = "{url}/v1"\nenv_key = "MIXPR_KEY"\nwire_api = "responses"\n')
-    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "CODEX_HOME": str(codex_home),
-           "MIXPR_KEY": MASTER_KEY}
-    return subprocess.run([str(CODEX.executable()), "exec", "--skip-git-repo-check",
-                           "--dangerously-bypass-approvals-and-sandbox", prompt],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
+    return codex_exec(MODEL, prompt, url, cwd, home)
 
 
 @pytest.fixture(scope="module")

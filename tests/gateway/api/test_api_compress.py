@@ -1,11 +1,12 @@
 """``POST /v1/compress``: the compression service contract of LiteLLM's ``guardrail: headroom``.
 
 LiteLLM (1.108 and later, ``litellm/proxy/guardrails/guardrail_hooks/headroom``) posts
-``{"messages": [...], "model": "...", "config": {"mode": "ccr"}}`` with ``Authorization: Bearer
-<api_key>`` and takes ``{"messages": [...]}`` back only when it holds as many messages as it sent (it
-puts them back among the rows it held back by position). It holds back the system rows, the last user
-row, every assistant row and the tool results of the newest exchange, and sends all-text content as
-strings: what arrives is a conversation's older user messages and tool results, without their calls.
+``{"messages": [...], "model": "..."}`` with ``Authorization: Bearer <api_key>`` (1.110 adds
+``"config": {"mode": "ccr"}`` and ``x-headroom-affinity``: ``LITELLM_1110``) and takes
+``{"messages": [...]}`` back only when it holds as many messages as it sent (it puts them back
+among the rows it held back by position). It holds back the system rows, the last user row, every
+assistant row and the tool results of the newest exchange, and sends all-text content as strings:
+what arrives is a conversation's older user messages and tool results, without their calls.
 These tests send those shapes to a running gateway; the path through a real LiteLLM proxy is
 ``tests/gateway/plugins/test_litellm_headroom.py``.
 """
@@ -222,6 +223,44 @@ def test_bad_input_is_a_clear_400(service: httpx.Client, body: Any, param: str |
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error" and error.get("param") == param
+
+
+# LiteLLM 1.110.2's request, as its ``HeadroomGuardrail._call_compress`` builds it (read from the
+# 1.110.2 wheel, whose [proxy] extra does not install here): the rows and the model, ``config.mode``
+# "ccr" (``ccr_retrieval`` defaults to true), and its headers: the key, and the affinity (sha256 hex
+# of ``["headroom-affinity-v1", ["key", <hashed key>], <session id>]``) when the caller has a session.
+LITELLM_1110 = {"body": {"config": {"mode": "ccr"}},
+                "headers": {"Content-Type": "application/json", "Authorization": f"Bearer {MASTER_KEY}",
+                            "x-headroom-affinity": "9f2c" * 16}}
+
+
+def test_litellm_1110_asks_ccr_and_gets_lossy_inline(service: httpx.Client) -> None:
+    """No retrieval is served: ``ccr`` is answered as ``lossy_inline`` (text kept in place, no marker),
+    never with ``ccr_hashes``, so LiteLLM offers the model no retrieval tool; the header says so."""
+    messages = [{"role": "user", "content": DOCUMENT}, {"role": "user", "content": "Thanks."}]
+    body = {"messages": messages, "model": "small", **LITELLM_1110["body"]}
+    response = service.post(PATH, json=body, headers=LITELLM_1110["headers"])
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert "ccr_hashes" not in answer and response.headers["x-mixpr-mode-served"] == "lossy_inline"
+    assert len(answer["messages"][0]["content"]) < len(DOCUMENT) / 2 and answer["tokens_saved"] > 0
+    assert "hash=" not in answer["messages"][0]["content"]
+
+
+@pytest.mark.parametrize("mode", ["lossy_inline", "lossless_then_lossy", None])
+def test_every_mode_is_served_alike(service: httpx.Client, mode: str | None) -> None:
+    messages = [{"role": "user", "content": DOCUMENT}, {"role": "user", "content": "Thanks."}]
+    _, ccr = compress(service, messages, model="small")
+    response, body = compress(service, messages, model="small", config={"mode": mode})
+    assert body == ccr and response.headers.get("x-mixpr-mode-served") == ("lossy_inline" if mode else None)
+
+
+@pytest.mark.parametrize("config, param", [("ccr", "config"), ({"mode": "magic"}, "config.mode"),
+                                           ({"mode": 3}, "config.mode")])
+def test_a_config_no_caller_sends_is_a_400(service: httpx.Client, config: Any, param: str) -> None:
+    body = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "config": config}
+    response = service.post(PATH, json=body)
+    assert response.status_code == 400 and response.json()["error"]["param"] == param
 
 
 def test_tokens_are_counted_for_the_model(service: httpx.Client) -> None:

@@ -42,7 +42,9 @@ def _preparer(compressor: Compressor) -> Preparer:
     entry = model("m", UPSTREAM, "http://127.0.0.1:9", model_info={"max_input_tokens": 16_000},
                   mixpr={"mode": "observe", "router": "heuristic", "budget_tokens": 1500,
                          "compress_above_tokens": 3000})
-    return Preparer(parse_config({"model_list": [entry]}), compressor, Metrics())
+    # shadow_share 1: every turn the queue takes is computed at once (the time share is test_shadow's).
+    config = parse_config({"model_list": [entry], "general_settings": {"shadow_share": 1}})
+    return Preparer(config, compressor, Metrics())
 
 
 async def _drained(preparer: Preparer) -> None:

@@ -48,8 +48,9 @@ def _config(upstream: FakeUpstream, anthropic_url: str) -> dict[str, Any]:
                             "mixpr": {"mode": "observe"}},
                            {"model_name": "plain-claude", "litellm_params": claude, "model_info": small}],
             "mixpr_settings": {"router": "heuristic", "budget_tokens": 800},
+            # Every turn computed (no share of the time to wait out): these tests read each turn's figures.
             "general_settings": {"master_key": MASTER_KEY, "compression_executor": "thread",
-                                 "compression_workers": 1}}
+                                 "compression_workers": 1, "shadow_share": 1}}
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +228,37 @@ def test_queue_is_bounded_and_skips_are_counted() -> None:
     assert states == ["sampled", "sampled", "skipped", "sampled"]
     assert skipped == 1
     assert would == 3 * 40  # the three sampled, computed
+
+
+def test_the_work_keeps_to_its_share_of_the_time() -> None:
+    """After a computation of t seconds, none is taken for t * (1 - share) / share: a request then is
+    skipped (counted), so the work overlaps at most about that share of the requests (issue 48)."""
+    async def scenario() -> tuple[list[str], float, float, float]:
+        metrics = Metrics()
+        shadow = Shadow(8, metrics, share=0.25)
+
+        async def work() -> Figures:
+            await asyncio.sleep(0.05)
+            return Figures(100, 40)
+
+        states = [shadow.offer("m", PRICES, work)]
+        while shadow.held:
+            await asyncio.sleep(0.005)
+        ended = time.monotonic()
+        states.append(shadow.offer("m", PRICES, work))  # within the pause: skipped
+        pause = shadow.resume_at - ended
+        await asyncio.sleep(pause + 0.01)
+        states.append(shadow.offer("m", PRICES, work))  # past it: taken again
+        while shadow.held:
+            await asyncio.sleep(0.005)
+        await shadow.aclose()
+        computed = metrics.shadow_requests.labels("m", "computed")._value.get()
+        return states, pause, computed, metrics.shadow_skipped.labels("m")._value.get()
+
+    states, pause, computed, skipped = asyncio.run(scenario())
+    assert states == ["sampled", "skipped", "sampled"]
+    assert pause >= 3 * 0.05 - 0.01  # 50 ms of work at a quarter of the time: 150 ms without any
+    assert (computed, skipped) == (2, 1)
 
 
 def test_deferred_work_runs_after_the_response_is_sent() -> None:
