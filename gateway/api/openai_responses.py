@@ -159,13 +159,18 @@ def _check(body: Any) -> None:
 
 
 def _translated(body: dict[str, Any], given: Any) -> dict[str, Any]:
+    """LiteLLM's chat form of ``body`` with ``given`` as its input (the relay gives a placeholder: only
+    the parameters are read, so a failure there is theirs, not the input's)."""
     options = {k: v for k, v in body.items() if k not in ("model", "input", "mixpr", "stream")}
     try:
         return LiteLLMCompletionResponsesConfig.transform_responses_api_request_to_chat_completion_request(
             model=body["model"], input=given, responses_api_request=options, stream=bool(body.get("stream")))
     except Exception as exc:  # LiteLLM's translation rejects malformed items in its own ways
-        raise BadRequest(f"'input' could not be read as Responses input items ({type(exc).__name__}).",
-                         param="input") from None
+        if given is body["input"]:
+            raise BadRequest(f"'input' could not be read as Responses input items ({type(exc).__name__}).",
+                             param="input") from None
+        raise BadRequest(f"The request's parameters ({', '.join(sorted(options))}) could not be read as "
+                         f"Responses parameters ({type(exc).__name__}).") from None
 
 
 def _chat_call(body: dict[str, Any], messages: list[dict[str, Any]], chat: dict[str, Any],

@@ -77,14 +77,11 @@ class FakeChatAgent:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http_server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = serve(Handler)
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop(self.server)
 
     def loop_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r.get("tools")]
@@ -101,6 +98,18 @@ class FakeChatAgent:
             return {"content": None, "tool_calls": [call]}, "tool_calls"
         codes = sorted(set(CODE.findall(json.dumps(body.get("messages")))))
         return {"content": " ".join([FINAL, *codes])}, "stop"
+
+
+def serve(handler: type[http_server.BaseHTTPRequestHandler]) -> tuple[http_server.ThreadingHTTPServer, str]:
+    """A threaded server of ``handler`` on a free 127.0.0.1 port, running, and its ``/v1`` base URL."""
+    server = http_server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+
+
+def stop(server: http_server.ThreadingHTTPServer) -> None:
+    server.shutdown()
+    server.server_close()
 
 
 def _head(model: str | None, kind: str) -> dict[str, Any]:

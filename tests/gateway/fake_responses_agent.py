@@ -16,12 +16,11 @@ Streamed (named events, as OpenAI sends them: ``response.created``, each item's 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from http import server as http_server
 from typing import Any
 
-from fake_chat_agent import CALL_ID, CODE, FINAL, SHELLS
+from fake_chat_agent import CALL_ID, CODE, FINAL, SHELLS, serve, stop
 
 USAGE = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
          "output_tokens_details": {"reasoning_tokens": 2}, "total_tokens": 15}
@@ -80,14 +79,11 @@ class FakeResponsesAgent:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.server = http_server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server, self.url = serve(Handler)
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop(self.server)
 
     def loop_requests(self) -> list[dict[str, Any]]:
         return [r for r in self.requests if r.get("tools")]

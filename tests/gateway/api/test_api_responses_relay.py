@@ -214,7 +214,9 @@ def test_bad_relayed_bodies_are_400(service: httpx.Client, upstream: FakeUpstrea
     for body, param in [({"model": "codex", "input": []}, "input"),
                         ({"model": "codex", "input": [1]}, "input"),
                         ({"model": "codex", "input": "x", "store": True}, "store"),
-                        ({"model": "codex", "input": "x", "stream": "yes"}, "stream")]:
+                        ({"model": "codex", "input": "x", "stream": "yes"}, "stream"),
+                        ({"model": "codex", "input": "x", "tools": "search"}, None)]:
         response = service.post("/v1/responses", json=body)
-        assert response.status_code == 400 and response.json()["error"]["param"] == param
+        assert response.status_code == 400 and response.json()["error"]["param"] == param, response.text
+        assert param or "parameters (tools)" in response.json()["error"]["message"]
     assert _relayed(upstream) == []
