@@ -536,17 +536,18 @@ def _overlay(overlay: dict[str, Any], options: Options) -> dict[str, Any]:
 
 def run_settings(names: list[str], runs: list[Trajectory], overlays: dict[str, dict[str, Any]],
                  options: Options, jobs: int, data: Path | None) -> list[dict[str, Any]]:
-    """Every setting, ``jobs`` at a time in processes of their own (each its own gateway and GIL),
-    the gateway settings first (they take longest); results in ``names``' order."""
-    if jobs <= 1 or len(names) <= 1:
+    """Every setting: the gateway settings ``jobs`` at a time in processes of their own (each its own
+    gateway and GIL), the client-side ones here meanwhile (a few seconds each, and whatever this
+    process's ``CLIENT`` holds); results in ``names``' order."""
+    served = [n for n in names if n not in CLIENT and n not in agent_oracle.SIZES]
+    if jobs <= 1 or not served:
         return [run_setting(name, runs, overlays, options) for name in names]
     indices = [run.index for run in runs]
-    order = sorted(names, key=lambda n: n in CLIENT or n in agent_oracle.SIZES)
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no threads forked mid-lock
-    with ProcessPoolExecutor(max_workers=min(jobs, len(names)), mp_context=context) as pool:
-        futures = {name: pool.submit(_setting_job, name, data, indices, overlays, options)
-                   for name in order}
-        return [futures[name].result() for name in names]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(served)), mp_context=context) as pool:
+        futures = {name: pool.submit(_setting_job, name, data, indices, overlays, options) for name in served}
+        here = {name: run_setting(name, runs, overlays, options) for name in names if name not in futures}
+        return [futures[name].result() if name in futures else here[name] for name in names]
 
 
 def _setting_job(name: str, data: Path | None, indices: list[int], overlays: dict[str, dict[str, Any]],

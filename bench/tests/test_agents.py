@@ -9,9 +9,10 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from bench import agents  # noqa: E402
+from bench import agent_prices, agents, conversation  # noqa: E402
 
 SECRET = "frobnicate_widget_v2"  # only the first tool output holds it; the last step uses it
 
@@ -83,10 +84,32 @@ def test_an_append_only_sequence_reads_its_prefix_at_a_tenth() -> None:
     tokens = agents.Tokens()
     first, second = tokens.request(run[:4]), tokens.request(run[:6])
     assert len(first) > 1024 and (second[: len(first)] == first).all()
-    costs = agents.priced([first, second])  # the pricing the table uses
-    assert costs[1]["anthropic"] == pytest.approx(0.1 * len(first) + 1.25 * (len(second) - len(first)))
+    requests = [agent_prices.Request(first, tokens.parts(run[:4])),
+                agent_prices.Request(second, tokens.parts(run[:6]))]
+    costs = agent_prices.cached(requests)  # the pricing the table uses
+    default = agent_prices.PRICE_LISTS["default"]
+    assert costs[1].anthropic(default) == pytest.approx(0.1 * len(first) + 1.25 * (len(second) - len(first)))
     cached = len(first) // 128 * 128
-    assert costs[1]["openai"] == pytest.approx(len(second) - cached + 0.1 * cached)
+    assert costs[1].openai(default) == pytest.approx(len(second) - cached + 0.1 * cached)
+    # bench.conversation's priced, which the table used before, to the last float
+    for new, old in zip(costs, conversation.priced([first, second]), strict=True):
+        assert (new.openai(default), new.anthropic(default)) == (old["openai"], old["anthropic"])
+    # after a pause past the cache's lifetime nothing is read
+    cold = agent_prices.cached(requests, [False, True])[1]
+    assert cold.openai(default) == len(second) and cold.anthropic(default) == 1.25 * len(second)
+
+
+def test_cache_reads_compare_messages_first_then_tokens() -> None:
+    # Two requests that share two messages, then differ inside the third: the same count as comparing
+    # the token arrays whole, whether the shared messages are the same arrays or equal copies.
+    a, b, c, d = (np.arange(n, n + 600, dtype=np.int32) for n in (0, 1000, 2000, 3000))
+    changed = c.copy()
+    changed[250:] += 1
+    first = agent_prices.Request(np.concatenate([a, b, c, d]), [a, b, c, d])
+    for parts in ([a, b, changed], [a.copy(), b.copy(), changed]):
+        second = agent_prices.Request(np.concatenate(parts), parts)
+        assert agent_prices.shared_prefix(second, first) == 1450 == conversation.shared_prefix(
+            second.tokens, first.tokens)
 
 
 def test_each_message_is_tokenised_once(monkeypatch: pytest.MonkeyPatch) -> None:

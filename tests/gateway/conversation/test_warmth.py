@@ -55,7 +55,7 @@ def _config(prefix: dict[str, Any], redis_url: str | None = None) -> dict[str, A
 
 
 def _turns(pauses: list[float], prefix: dict[str, Any] | None = None, redis_url: str | None = None,
-           replicas: list[int] | None = None) -> list[Any]:
+           replicas: list[int] | None = None, metrics: Metrics | None = None) -> list[Any]:
     """One conversation's requests, a step apart, each after its pause (seconds) since the last;
     ``replicas``: which of two gateways (their own memory, one Redis) prepares each."""
 
@@ -63,7 +63,7 @@ def _turns(pauses: list[float], prefix: dict[str, Any] | None = None, redis_url:
         compressor = Compressor(Workers(workers=1, executor="thread", timeout_s=120), route_cache_size=16)
         await compressor.start(with_router=False)
         config = parse_config(_config(prefix or {}, redis_url))
-        preparers = [Preparer(config, compressor, Metrics()) for _ in range(2)]
+        preparers = [Preparer(config, compressor, metrics or Metrics()) for _ in range(2)]
         out = []
         try:
             for step, pause in enumerate(pauses):
@@ -81,7 +81,8 @@ def _turns(pauses: list[float], prefix: dict[str, Any] | None = None, redis_url:
 
 
 def test_a_cold_turn_resets_and_later_turns_keep_that_reset() -> None:
-    first, warm, cold, after = _turns([0, 0, 1.5 * LIFETIME, 0])
+    metrics = Metrics()
+    first, warm, cold, after = _turns([0, 0, 1.5 * LIFETIME, 0], metrics=metrics)
     assert first.cache is None  # its first request with an earlier turn: nothing remembered before it
     assert (warm.cache, warm.reset) == ("warm", False)
     assert (cold.cache, cold.reset) == ("cold", True), "a cold cache rewrites the prefix: cut it then"
@@ -94,6 +95,10 @@ def test_a_cold_turn_resets_and_later_turns_keep_that_reset() -> None:
     # The next request finds the cold turn's reset in memory and makes it again: it only appends.
     assert (after.cache, after.reset) == ("warm", False)
     assert after.reused_tokens > 0.9 * cold.final_tokens
+    sample = metrics.registry.get_sample_value
+    turns = {state: sample("mixpr_cache_turns_total", {"model": "m", "state": state})
+             for state in ("cold", "warm")}
+    assert turns == {"cold": 1.0, "warm": 2.0}
 
 
 def test_replicas_share_when_a_conversation_was_last_sent(redis_server: Any) -> None:
