@@ -118,14 +118,30 @@ def wanted(room: int, document: int, share: float, document_share: float) -> flo
     return min(room * share, max(room * min(share, FLOOR_SHARE), document * document_share))
 
 
-def distinctive(question: str, earlier: list[str]) -> str:
-    """What a follow-up asks besides the words every earlier question of the conversation shares (a
-    checklist's or a form's template: "Highlight the parts of this contract related to ..."), which
-    would rank the same passages first for every question. Two earlier questions at least, and
-    ``question`` itself when fewer than two of its words are left."""
-    if len(earlier) < 2:
+class Template:
+    """The words every question of a conversation so far shares (a checklist's or a form's template:
+    "Highlight the parts of this contract related to ..."), kept as the questions come, so each
+    follow-up costs its own words, not all the earlier questions again."""
+
+    def __init__(self) -> None:
+        self.words: set[str] | None = None
+        self.questions = 0
+
+    def add(self, question: str) -> None:
+        found = {w.lower() for w in _WORD.findall(question)}
+        self.words = found if self.words is None else self.words & found
+        self.questions += 1
+
+    def shared(self) -> frozenset[str]:
+        """The words all the questions so far share; none before there are two of them."""
+        return frozenset(self.words or ()) if self.questions >= 2 else frozenset()
+
+
+def distinctive(question: str, template: frozenset[str]) -> str:
+    """What a follow-up asks besides the ``template``'s words, which would rank the same passages
+    first for every question; ``question`` itself when fewer than two of its words are left."""
+    if not template:
         return question
-    template = set.intersection(*({w.lower() for w in _WORD.findall(e)} for e in earlier))
     kept = [w for w in _WORD.findall(question) if w.lower() not in template]
     return " ".join(kept) if len(kept) >= 2 else question
 

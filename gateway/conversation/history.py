@@ -311,8 +311,14 @@ class History:
         last = len(plan.request.messages) - 1
         first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
         spent: dict[tuple[int, ...], evidence.Spent] = {}  # the same documents: searched once
+        template = evidence.Template()  # the words every question so far shares, kept as they come
         for number, piece in enumerate(plan.pieces):
-            if not piece.question or piece.message <= first_user or settings.evidence == 0:
+            if not piece.question:
+                continue
+            question = forms.split_question(piece.text)[1] or piece.text
+            shared = template.shared()
+            template.add(question)
+            if piece.message <= first_user or settings.evidence == 0:
                 continue
             cut = tuple(q for q in range(number) if plan.pieces[q].question and plan.tokens[q] > plan.cap
                         and plan.pieces[q].message < piece.message)
@@ -327,9 +333,7 @@ class History:
             cap = spent[cut].cap(wanted)
             if cap < evidence.MIN_TOKENS:  # the forms and the earlier blocks hold about all of it
                 continue
-            asked = [forms.split_question(p.text)[1] for p in plan.pieces[:number] if p.question]
-            query = evidence.distinctive(forms.split_question(piece.text)[1] or piece.text, asked)
-            block = self._block(plan, bridge, piece, query, cap, spent[cut])
+            block = self._block(plan, bridge, piece, evidence.distinctive(question, shared), cap, spent[cut])
             if block is not None:  # a failed block: no evidence for this follow-up
                 plan.evidence[number] = block
                 spent[cut].add(block)

@@ -42,3 +42,18 @@ def test_a_follow_up_over_a_larger_document_gets_more_evidence_within_the_room()
     assert wanted(room, 20_000, 0.25, 0.05) == 3_200
     assert wanted(room, 400_000, 0.25, 0.05) == 8_000
     assert wanted(room, 400_000, 0.1, 0) == 3_200
+
+
+def test_the_words_every_earlier_question_shares_are_left_out_of_the_query() -> None:
+    """A checklist's template ranks the same passages first for every question: from the third
+    question on, the words all earlier ones share are left out (a question with under two words of
+    its own keeps its words)."""
+    template = evidence.Template()
+    for question in ('Highlight the parts related to "Governing Law". Details: which state?',
+                     'Highlight the parts related to "Exclusivity". Details: is there any?'):
+        assert evidence.distinctive(question, template.shared()) == question
+        template.add(question)
+    asked = 'Highlight the parts related to "Audit Rights". Details: may a party audit the books?'
+    assert evidence.distinctive(asked, template.shared()) == "Audit Rights may party audit books"
+    own = "Highlight the parts related to it?"
+    assert evidence.distinctive(own, template.shared()) == own
