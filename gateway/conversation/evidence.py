@@ -45,21 +45,21 @@ TAG_TOKENS = 24  # the tags and gaps of one block, about
 @dataclass
 class Spent:
     """The evidence of one conversation's follow-ups over the same documents, in order: what every
-    block searches (``texts``), what was sent of them before the next block (the documents' forms,
-    then each earlier block) and how many of the tokens the forms cut no block has brought yet. So a
-    block never repeats a passage and all of them never bring more than was cut: a request is never
-    longer than the client's own."""
+    block searches (``texts``), what was sent of them before the next block (the documents' forms as
+    they are now, then each block since) and how many of the tokens the forms cut no block has brought
+    yet. So a block never repeats a passage and all of them never bring more than was cut: a request
+    is never longer than the client's own. A reset that cuts the documents again starts a new one."""
 
     texts: list[str]
     sent: list[str]
     unsent: int  # tokens the forms cut, less what the blocks brought
-    salt_base: str
+    base: Any  # a hash of the salt and ``texts`` (``searched``): hashed once, whatever the resets
     whole: int = 0  # the documents' own tokens
     _hash: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._hash = hashlib.blake2b(digest_size=20)
-        for text in (self.salt_base, *self.texts, *self.sent):
+        self._hash = self.base.copy()
+        for text in self.sent:
             self._update(text)
 
     def cap(self, wanted: int) -> int:
@@ -79,8 +79,20 @@ class Spent:
         self._update(block[0])
 
     def _update(self, text: str) -> None:
-        self._hash.update(text.encode("utf-8", "surrogatepass"))
-        self._hash.update(b"\x00")
+        _update(self._hash, text)
+
+
+def searched(salt: str, texts: list[str]) -> Any:
+    """The hash every ``Spent`` over ``texts`` starts from."""
+    digest = hashlib.blake2b(digest_size=20)
+    for text in (salt, *texts):
+        _update(digest, text)
+    return digest
+
+
+def _update(digest: Any, text: str) -> None:
+    digest.update(text.encode("utf-8", "surrogatepass"))
+    digest.update(b"\x00")
 
 
 def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
