@@ -48,7 +48,7 @@ def asks(plan: Plan) -> dict[int, list[Ask]]:
         if not piece.question:
             continue
         question = forms.split_question(piece.text)[1] or piece.text
-        shared = template.shared()
+        shared = template.shared(question)
         template.add(question)
         cut = tuple(q for q in documents if plan.pieces[q].message < piece.message)
         if plan.tokens[number] > plan.cap:
