@@ -61,14 +61,17 @@ def asks(plan: Plan) -> dict[int, list[Ask]]:
 
 class Followups:
     """The scan's evidence hook for one request (``resets.Rules.evidence``): message ``i``'s blocks,
-    given the levels of the messages before it, set in ``plan.evidence``; their tokens."""
+    given the levels of the messages before it, set in ``plan.evidence``; their tokens. ``again``:
+    after a reset at ``i``, message ``i``'s blocks asked again, leaving out what the reset kept rather
+    than what it dropped."""
 
     def __init__(self, plan: Plan, room: int, block: Block) -> None:
         self.plan, self.room, self.block = plan, room, block
         self.asks = asks(plan)
         self.bases: dict[tuple[int, ...], Any] = {}  # the documents hashed once (``evidence.searched``)
-        # documents -> the levels they were sent at, what was sent of them since, the asks that got blocks
-        self.chains: dict[tuple[int, ...], tuple[tuple[resets.Level, ...], evidence.Spent, list[int]]] = {}
+        self.given: dict[tuple[int, ...], list[int]] = {}  # documents -> the asks that got blocks
+        # documents -> the levels they were sent at and what was sent of them since
+        self.chains: dict[tuple[int, ...], tuple[tuple[resets.Level, ...], evidence.Spent]] = {}
 
     def __call__(self, i: int, levels: Sequence[resets.Level]) -> int:
         plan, settings = self.plan, self.plan.request.settings
@@ -77,7 +80,7 @@ class Followups:
             if ask.number in plan.evidence:  # asked once per scan; the same answer again
                 added += plan.evidence[ask.number][1]
                 continue
-            spent, blocks = self._spent(ask.cut, levels)
+            spent = self._spent(ask.cut, levels)
             more = plan.request.more_evidence if i == len(plan.request.messages) - 1 else 1.0
             wanted = evidence.wanted(min(self.room, settings.max_budget_tokens), spent.whole,
                                      settings.prefix.evidence, settings.prefix.evidence_document)
@@ -89,32 +92,41 @@ class Followups:
                 continue
             plan.evidence[ask.number] = found
             spent.add(found)
-            blocks.append(ask.number)
+            self.given.setdefault(ask.cut, []).append(ask.number)
             bisect.insort(plan.recuttable, ask.number)  # a reset cuts a block too
             added += found[1]
         return added
 
-    def _spent(self, cut: tuple[int, ...],
-               levels: Sequence[resets.Level]) -> tuple[evidence.Spent, list[int]]:
+    def again(self, i: int, levels: Sequence[resets.Level]) -> int:
+        """Message ``i``'s blocks after a reset at ``i`` (which kept them: the newest question is not
+        cut), asked again from what is sent now; their tokens."""
+        for ask in self.asks.get(i, ()):
+            if self.plan.evidence.pop(ask.number, None) is not None:
+                self.given[ask.cut].remove(ask.number)
+                self.plan.recuttable.remove(ask.number)
+                self.chains.pop(ask.cut, None)
+        return self(i, levels)
+
+    def _spent(self, cut: tuple[int, ...], levels: Sequence[resets.Level]) -> evidence.Spent:
         """What was sent of the documents ``cut`` so far: the chain of blocks since they were last
         cut (at first sight or by a reset), a new one when a reset has cut them since."""
         plan = self.plan
         sent_at = tuple(levels[plan.pieces[q].message] for q in cut)
         chain = self.chains.get(cut)
         if chain is not None and chain[0] == sent_at:
-            return chain[1], chain[2]
+            return chain[1]
         texts = [plan.pieces[q].text for q in cut]
         if cut not in self.bases:
             self.bases[cut] = evidence.searched(plan.salt, texts)
         sent = [plan.text(q, level) for q, level in zip(cut, sent_at, strict=True)]
         sizes = sum(plan.piece_size(q, level) for q, level in zip(cut, sent_at, strict=True))
-        kept = [] if chain is None else [k for k in chain[2] if self._still_sent(k, levels)]
+        kept = [k for k in self.given.get(cut, ()) if self._still_sent(k, levels)]
         sent += [plan.evidence[k][0] for k in kept]
         sizes += sum(plan.evidence[k][1] for k in kept)
         whole = sum(plan.tokens[q] for q in cut)
         spent = evidence.Spent(texts, sent, whole - sizes, self.bases[cut], whole)
-        self.chains[cut] = (sent_at, spent, kept)
-        return spent, kept
+        self.chains[cut] = (sent_at, spent)
+        return spent
 
     def _still_sent(self, number: int, levels: Sequence[resets.Level]) -> bool:
         """Whether a follow-up's block is still sent at its message's level (a reset drops it)."""

@@ -154,6 +154,7 @@ class History:
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
                              lambda: self._first_sight(plan, bridge),
                              _verbatim_first(request))
+        asked = followups.Followups(plan, space.at, lambda *ask: self._block(plan, bridge, *ask))
         rules = resets.Rules(
             room=space.at, share=space.share, older_end=reach.older_end, last_end=reach.last_end,
             movable=lambda i, end, levels, wide: plan.movable(end, levels, wide, reach.user(i)),
@@ -162,7 +163,7 @@ class History:
             limit=space.limit, worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
             gated=space.gated, cold=warmth.points(visit, here),
             repeats=lambda i, end, levels: self._repeats(plan, bridge, i, end, levels),
-            evidence=followups.Followups(plan, space.at, lambda *ask: self._block(plan, bridge, *ask)))
+            evidence=asked, evidence_again=asked.again)
         scanned = resets.scan(sizes, plan.constant, rules, snapshot_at=previous)
         sent = assemble(plan, scanned.levels)
         outcome = report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0],

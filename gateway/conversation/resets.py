@@ -96,6 +96,8 @@ class Rules:
     # asked when ``i`` first takes its first-sight form. After a reset a block leaves out what the
     # reset's forms hold, not what it dropped.
     evidence: Callable[[int, Sequence[Level]], int] | None = None
+    # The same after a reset at ``i`` that kept message ``i`` at first sight: its blocks asked again.
+    evidence_again: Callable[[int, Sequence[Level]], int] | None = None
 
     def block(self, i: int, levels: Sequence[Level]) -> int:
         """Tokens message ``i``'s first-sight form adds for its evidence (0: none)."""
@@ -144,6 +146,8 @@ def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Sc
                 if not walk.reset(i, rules.older_end(i), rules.share, widen=rules.room, worth=worth,
                                   gated=not forced):
                     weighed = result.total
+                elif switched and result.levels[i] == FIRST_SIGHT:  # its evidence, from what the reset kept
+                    walk.reblock(i, formed[i])
         if result.total > limit:  # the newest turn too, cut only as far as the limit needs
             walk.reset(i, rules.last_end(i), lambda fixed: limit - fixed, room=limit)
         if result.total > limit:  # still over (a long chat of short lines): short texts too
@@ -163,11 +167,11 @@ def _switch(result: Scan, current: list[int], formed: list[int], i: int, rules: 
     forms (a reset point when that changes any), in order (a follow-up's evidence reads the levels
     before it)."""
     for j in range(i + 1):
-        formed[j] += rules.block(j, result.levels)  # it reads levels[:j] only
-        if formed[j] != current[j]:
+        size = formed[j] + rules.block(j, result.levels)  # it reads levels[:j] only
+        if size != current[j]:
             result.levels[j] = FIRST_SIGHT
-            result.total -= current[j] - formed[j]
-            current[j] = formed[j]
+            result.total -= current[j] - size
+            current[j] = size
             if not result.points or result.points[-1] != i:
                 result.points.append(i)
 
@@ -207,6 +211,15 @@ class _Walk:
         if expected is not None:
             result.expected[i] = result.expected.get(i, 0.0) + expected
         return True
+
+    def reblock(self, i: int, bare: int) -> None:
+        """A reset at ``i`` kept message ``i`` (``bare`` tokens without its evidence): its evidence asked
+        again, now that the reset's forms are what is sent of the documents."""
+        if self.rules.evidence_again is None:
+            return
+        size = bare + self.rules.evidence_again(i, self.result.levels)
+        self.result.total += size - self.current[i]
+        self.current[i] = size
 
     def apply(self, i: int, level: Level, sizes: dict[int, int]) -> bool:
         """Messages ``sizes`` now at ``level``, with those sizes: a reset at ``i`` if that saves any."""
