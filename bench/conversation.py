@@ -74,6 +74,9 @@ PROTOCOL = (("contracts", "legal_contract_qa.dev.jsonl", (2, 3, 4)),
 # papers, 2k-5k tokens each, are too few to reach 64k more than once).
 REAL_MIN, REAL_MAX = 64_000, 150_000
 REAL = (("contracts", "legal_contract_qa.dev.jsonl", 4), ("pages", "natural_question.dev.jsonl", 4))
+# The upper end of what users paste (the held-out conversations reach 145k): two of each kind of
+# 120k-150k (``--conversations large``), from another seeded order of the same files.
+LARGE_MIN, LARGE_COUNT = 120_000, 2
 CHATS = 5  # LoCoMo chats of the dev split, each with PROTOCOL_TURNS questions as later user turns
 MODES = {"cost": {"model_info": {"max_input_tokens": 1_000_000},
                   "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000}},
@@ -108,26 +111,27 @@ def protocol() -> list[Conversation]:
     return out
 
 
-def real_size() -> list[Conversation]:
+def real_size(minimum: int = REAL_MIN, count: int | None = None, label: str = "") -> list[Conversation]:
     """Issue 45's protocol: eight document conversations of 64k-150k tokens (four of contracts, four of
-    pages), every answerable question of their documents round robin, 12 turns, seed 7."""
-    rng = random.Random(SEED)
+    pages), every answerable question of their documents round robin, 12 turns, seed 7. ``minimum``
+    and ``count`` (per kind) for ``large``: the seed then follows the minimum."""
+    rng = random.Random(SEED if minimum == REAL_MIN else minimum)
     encoding = encoding_for(None)
     out = []
-    for kind, name, count in REAL:
+    for kind, name, default in REAL:
         unique = list({r["input"]: r for r in _rows(name)}.values())
         rng.shuffle(unique)
         sizes = [len(encoding.encode_ordinary(r["input"])) for r in unique]
         cursor = 0
-        for number in range(count):
+        for number in range(count or default):
             picked, total, start = [], 0, cursor
-            while total < REAL_MIN and cursor < start + len(unique):
+            while total < minimum and cursor < start + len(unique):
                 i = cursor % len(unique)
                 cursor += 1
                 if total + sizes[i] <= REAL_MAX:
                     picked.append(unique[i])
                     total += sizes[i]
-            out.append(documents(f"{kind}-{number}-{total // 1000}k", picked, rng))
+            out.append(documents(f"{kind}-{label}{number}-{total // 1000}k", picked, rng))
     return out
 
 
@@ -392,13 +396,17 @@ def group(name: str) -> str:
     if name.startswith("locomo"):
         return "chats"
     parts = name.split("-")
-    return f"real-size {parts[0]}" if len(parts) == 3 else "documents"
+    if len(parts) != 3:
+        return "documents"
+    return f"large {parts[0]}" if parts[1].startswith("large") else f"real-size {parts[0]}"
 
 
 def groups(name: str) -> list[str]:
-    """Every set a conversation is summed in: its kind, and all real-size documents together."""
+    """Every set a conversation is summed in: its kind, and all real-size (or large) documents
+    together."""
     kind = group(name)
-    return [kind, "real-size documents"] if kind.startswith("real-size") else [kind]
+    size = kind.split(" ")[0]
+    return [kind, f"{size} documents"] if size in ("real-size", "large") else [kind]
 
 
 def table(results: list[dict]) -> str:
@@ -480,15 +488,17 @@ def sweep(evidences: list[float], modes: list[str]) -> None:
 
 
 def conversations_named(names: str) -> list[Conversation]:
-    """``real`` (issue 45's eight real-size ones), ``documents`` (issue 39's five), ``chats`` (the
-    LoCoMo five), ``contracts`` and ``locomo`` (the old single conversations), or single ones by name
-    (``contracts-1``, ``locomo-3``)."""
+    """``real`` (issue 45's eight real-size ones), ``large`` (four of 120k-150k), ``documents`` (issue
+    39's five), ``chats`` (the LoCoMo five), ``contracts`` and ``locomo`` (the old single
+    conversations), or single ones by name (``contracts-1``, ``locomo-3``)."""
     out: list[Conversation] = []
     for name in names.split(","):
         if name == "documents":
             out += protocol()
         elif name == "real":
             out += real_size()
+        elif name == "large":
+            out += real_size(LARGE_MIN, LARGE_COUNT, "large")
         elif name == "chats":
             out += chats()
         elif name == "contracts":
@@ -496,7 +506,8 @@ def conversations_named(names: str) -> list[Conversation]:
         elif name == "locomo":
             out.append(locomo())
         else:
-            out += [c for c in [*real_size(), *protocol(), *chats()] if c.name == name]
+            everything = [*real_size(), *real_size(LARGE_MIN, LARGE_COUNT, "large"), *protocol(), *chats()]
+            out += [c for c in everything if c.name == name]
     return out
 
 
@@ -506,7 +517,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="room left after a reset: reset_fill = 1 - this")
     parser.add_argument("--evidence", type=float, default=None, help="prefix.evidence (default: the default)")
     parser.add_argument("--conversations", default="real,documents,chats",
-                        help="real, documents, chats, contracts, locomo, or names such as contracts-1")
+                        help="real, large, documents, chats, contracts, locomo, or names such as "
+                             "contracts-1")
     parser.add_argument("--modes", default="cost,window")
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

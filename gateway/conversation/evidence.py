@@ -45,21 +45,21 @@ TAG_TOKENS = 24  # the tags and gaps of one block, about
 @dataclass
 class Spent:
     """The evidence of one conversation's follow-ups over the same documents, in order: what every
-    block searches (``texts``), what was sent of them before the next block (the documents' forms,
-    then each earlier block) and how many of the tokens the forms cut no block has brought yet. So a
-    block never repeats a passage and all of them never bring more than was cut: a request is never
-    longer than the client's own."""
+    block searches (``texts``), what was sent of them before the next block (the documents' forms as
+    they are now, then each block since) and how many of the tokens the forms cut no block has brought
+    yet. So a block never repeats a passage and all of them never bring more than was cut: a request
+    is never longer than the client's own. A reset that cuts the documents again starts a new one."""
 
     texts: list[str]
     sent: list[str]
     unsent: int  # tokens the forms cut, less what the blocks brought
-    salt_base: str
+    base: Any  # a hash of the salt and ``texts`` (``searched``): hashed once, whatever the resets
     whole: int = 0  # the documents' own tokens
     _hash: Any = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        self._hash = hashlib.blake2b(digest_size=20)
-        for text in (self.salt_base, *self.texts, *self.sent):
+        self._hash = self.base.copy()
+        for text in self.sent:
             self._update(text)
 
     def cap(self, wanted: int) -> int:
@@ -79,8 +79,20 @@ class Spent:
         self._update(block[0])
 
     def _update(self, text: str) -> None:
-        self._hash.update(text.encode("utf-8", "surrogatepass"))
-        self._hash.update(b"\x00")
+        _update(self._hash, text)
+
+
+def searched(salt: str, texts: list[str]) -> Any:
+    """The hash every ``Spent`` over ``texts`` starts from."""
+    digest = hashlib.blake2b(digest_size=20)
+    for text in (salt, *texts):
+        _update(digest, text)
+    return digest
+
+
+def _update(digest: Any, text: str) -> None:
+    digest.update(text.encode("utf-8", "surrogatepass"))
+    digest.update(b"\x00")
 
 
 def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
@@ -121,20 +133,46 @@ def wanted(room: int, document: int, share: float, document_share: float) -> flo
 class Template:
     """The words every question of a conversation so far shares (a checklist's or a form's template:
     "Highlight the parts of this contract related to ..."), kept as the questions come, so each
-    follow-up costs its own words, not all the earlier questions again."""
+    follow-up costs its own words, not all the earlier questions again. With one earlier question,
+    a shared word may be the topic both ask about ("harry potter"): then only the runs of ``RUN``
+    words or more the two share are a template (a form's sentence), not single words."""
+
+    RUN = 4
 
     def __init__(self) -> None:
         self.words: set[str] | None = None
+        self.first: list[str] = []  # the first question's words, in order
         self.questions = 0
 
     def add(self, question: str) -> None:
-        found = {w.lower() for w in _WORD.findall(question)}
-        self.words = found if self.words is None else self.words & found
+        found = _words(question)
+        self.words = set(found) if self.words is None else self.words & set(found)
+        self.first = self.first or found
         self.questions += 1
 
-    def shared(self) -> frozenset[str]:
-        """The words all the questions so far share; none before there are two of them."""
-        return frozenset(self.words or ()) if self.questions >= 2 else frozenset()
+    def shared(self, question: str = "") -> frozenset[str]:
+        """The words all the questions so far share; with one so far, the words ``question`` shares
+        with it in runs of ``RUN`` or more; none before that."""
+        if self.questions >= 2:
+            return frozenset(self.words or ())
+        if self.questions == 1 and question:
+            return _runs_shared(_words(question), self.first, self.RUN)
+        return frozenset()
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def _runs_shared(words: list[str], other: list[str], run: int) -> frozenset[str]:
+    """The ``words`` inside a run of ``run`` consecutive words that ``other`` has too (linear: the
+    runs of ``other`` are hashed once)."""
+    runs = {tuple(other[k : k + run]) for k in range(len(other) - run + 1)}
+    covered = [False] * len(words)
+    for k in range(len(words) - run + 1):
+        if tuple(words[k : k + run]) in runs:
+            covered[k : k + run] = [True] * run
+    return frozenset(w for w, hit in zip(words, covered, strict=True) if hit)
 
 
 def distinctive(question: str, template: frozenset[str]) -> str:

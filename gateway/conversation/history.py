@@ -35,7 +35,18 @@ from typing import Any
 
 from gateway.compress import conversation, policy
 from gateway.compress.compressor import Compressor, Outcome
-from gateway.conversation import checks, evidence, forms, recut, repeats, report, resets, task, warmth
+from gateway.conversation import (
+    checks,
+    evidence,
+    followups,
+    forms,
+    recut,
+    repeats,
+    report,
+    resets,
+    task,
+    warmth,
+)
 from gateway.conversation.assembly import assemble
 from gateway.conversation.breakpoints import BREAKPOINT, MAX_BREAKPOINTS
 from gateway.conversation.counts import counts
@@ -141,8 +152,9 @@ class History:
         cold = warmth.cold(visit, request.cache_lifetime_s)
         here = len(request.messages) - 1 if cold and _cold_cut(request, space.gated) else None
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
-                             lambda: self._first_sight(plan, bridge, space.at),
+                             lambda: self._first_sight(plan, bridge),
                              _verbatim_first(request))
+        asked = followups.Followups(plan, space.at, lambda *ask: self._block(plan, bridge, *ask))
         rules = resets.Rules(
             room=space.at, share=space.share, older_end=reach.older_end, last_end=reach.last_end,
             movable=lambda i, end, levels, wide: plan.movable(end, levels, wide, reach.user(i)),
@@ -150,7 +162,8 @@ class History:
                                                                    wide, reach.user(i)),
             limit=space.limit, worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
             gated=space.gated, cold=warmth.points(visit, here),
-            repeats=lambda i, end, levels: self._repeats(plan, bridge, i, end, levels))
+            repeats=lambda i, end, levels: self._repeats(plan, bridge, i, end, levels),
+            evidence=asked, evidence_again=asked.again)
         scanned = resets.scan(sizes, plan.constant, rules, snapshot_at=previous)
         sent = assemble(plan, scanned.levels)
         outcome = report.outcome(plan, scanned, sent, previous, model_name, self.sent, space.ratios()[0],
@@ -159,12 +172,12 @@ class History:
         self.warmth.keep(prefixes[-1], warmth.Visit(time.time(), tuple(sorted(rules.cold))), bridge.loop)
         return replace(outcome, cache=None if cold is None else ("cold" if cold else "warm"))
 
-    def _first_sight(self, plan: Plan, bridge: Bridge, room: int) -> list[int]:
-        """Every message's tokens at its first-sight form (computed only once the scan needs them: a
-        conversation that never passes the trigger computes none)."""
+    def _first_sight(self, plan: Plan, bridge: Bridge) -> list[int]:
+        """Every message's tokens at its first-sight form, without a follow-up's evidence, which the
+        scan asks for as it goes (``gateway.conversation.followups``); computed only once the scan
+        needs them: a conversation that never passes the trigger computes none."""
         self._forms(plan, bridge, range(len(plan.pieces)))
-        self._evidence(plan, bridge, room)
-        plan.recuttable = [n for n in range(len(plan.pieces)) if plan.may_cut(n)]  # blocks are cut too
+        plan.recuttable = [n for n in range(len(plan.pieces)) if plan.may_cut(n)]
         return [plan.size(j, resets.FIRST_SIGHT) for j in range(len(plan.request.messages))]
 
     def _recut(self, plan: Plan, bridge: Bridge, i: int, end: int, budget: int,
@@ -300,44 +313,6 @@ class History:
         plan.failed += len(names) - len(computed)
         return computed
 
-    def _evidence(self, plan: Plan, bridge: Bridge, room: int) -> None:
-        """Evidence blocks for follow-up questions: each user message after the first, from the
-        earlier user messages (pasted documents) their first-sight forms cut
-        (``gateway.conversation.evidence``). Tool results are not searched: an agent reads again what it
-        needs, and a framework's own user messages ("use the tool format") ask nothing of them.
-        Follow-ups in order: a block leaves out what the documents' forms and the earlier blocks hold,
-        and all of them together never bring more than the forms cut (``evidence.Spent``)."""
-        settings = plan.request.settings.prefix
-        last = len(plan.request.messages) - 1
-        first_user = min((p.message for p in plan.pieces if p.role == "user"), default=last)
-        spent: dict[tuple[int, ...], evidence.Spent] = {}  # the same documents: searched once
-        template = evidence.Template()  # the words every question so far shares, kept as they come
-        for number, piece in enumerate(plan.pieces):
-            if not piece.question:
-                continue
-            question = forms.split_question(piece.text)[1] or piece.text
-            shared = template.shared()
-            template.add(question)
-            if piece.message <= first_user or settings.evidence == 0:
-                continue
-            cut = tuple(q for q in range(number) if plan.pieces[q].question and plan.tokens[q] > plan.cap
-                        and plan.pieces[q].message < piece.message)
-            if not cut:
-                continue
-            if cut not in spent:
-                spent[cut] = _searched(plan, list(cut))
-            more = plan.request.more_evidence if piece.message == last else 1.0
-            wanted = int(evidence.wanted(min(room, plan.request.settings.max_budget_tokens),
-                                         spent[cut].whole, settings.evidence, settings.evidence_document)
-                         * more)
-            cap = spent[cut].cap(wanted)
-            if cap < evidence.MIN_TOKENS:  # the forms and the earlier blocks hold about all of it
-                continue
-            block = self._block(plan, bridge, piece, evidence.distinctive(question, shared), cap, spent[cut])
-            if block is not None:  # a failed block: no evidence for this follow-up
-                plan.evidence[number] = block
-                spent[cut].add(block)
-
     def _block(self, plan: Plan, bridge: Bridge, piece: forms.Piece, query: str, cap: int,
                spent: evidence.Spent) -> tuple[str, int] | None:
         """One follow-up's block for ``query``: from memory or Redis, else computed in the pool."""
@@ -347,18 +322,6 @@ class History:
             job = (query, spent.texts, cap, plan.request.target.model, spent.present())
             known |= self._computed(plan, bridge, {name: job}, evidence.evidence_job, [job])
         return known.get(name)
-
-
-
-def _searched(plan: Plan, cut: list[int]) -> evidence.Spent:
-    """What a follow-up's evidence searches (the whole texts of the ``cut`` pieces), what their
-    first-sight forms already hold (sent before the question: not repeated) and how many tokens
-    they cut."""
-    texts = [plan.pieces[q].text for q in cut]
-    held = [plan.forms[(q, resets.FIRST_SIGHT)] for q in cut if (q, resets.FIRST_SIGHT) in plan.forms]
-    whole = sum(plan.tokens[q] for q in cut)
-    return evidence.Spent(texts, [form for form, _ in held], whole - sum(n for _, n in held), plan.salt,
-                          whole)
 
 
 def _multi_turn(request: Request) -> bool:

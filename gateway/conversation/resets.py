@@ -91,6 +91,17 @@ class Rules:
     # repeats, ``gateway.conversation.repeats``), each message's new size at ``cold_level``.
     cold: frozenset[int] = frozenset()
     repeats: Callable[[int, int, Sequence[Level]], dict[int, int]] | None = None
+    # A follow-up question's evidence block (``gateway.conversation.followups``): its tokens for
+    # message ``i``, given the levels of the messages before it (``levels[:i]``; it reads no other),
+    # asked when ``i`` first takes its first-sight form. After a reset a block leaves out what the
+    # reset's forms hold, not what it dropped.
+    evidence: Callable[[int, Sequence[Level]], int] | None = None
+    # The same after a reset at ``i`` that kept message ``i`` at first sight: its blocks asked again.
+    evidence_again: Callable[[int, Sequence[Level]], int] | None = None
+
+    def block(self, i: int, levels: Sequence[Level]) -> int:
+        """Tokens message ``i``'s first-sight form adds for its evidence (0: none)."""
+        return 0 if self.evidence is None else self.evidence(i, levels)
 
 
 def cold_level(i: int, end: int) -> Level:
@@ -116,7 +127,7 @@ def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Sc
     for i, original in enumerate(sizes.original):
         if switched:
             formed = formed or list(sizes.first_sight())
-            level, size = FIRST_SIGHT, formed[i]
+            level, size = FIRST_SIGHT, formed[i] + rules.block(i, result.levels)
         else:
             level, size = ORIGINAL, original
         result.levels.append(level)
@@ -128,13 +139,15 @@ def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Sc
         if result.total > rules.room:
             if not switched:
                 switched, formed = True, list(sizes.first_sight())
-                _switch(result, current, formed, i)
+                _switch(result, current, formed, i, rules)
             forced = not rules.gated or result.total > limit
             if forced or result.total > weighed * RECONSIDER:
                 worth = None if rules.worth is None else functools.partial(rules.worth, i)
                 if not walk.reset(i, rules.older_end(i), rules.share, widen=rules.room, worth=worth,
                                   gated=not forced):
                     weighed = result.total
+                elif switched and result.levels[i] == FIRST_SIGHT:  # its evidence, from what the reset kept
+                    walk.reblock(i, formed[i])
         if result.total > limit:  # the newest turn too, cut only as far as the limit needs
             walk.reset(i, rules.last_end(i), lambda fixed: limit - fixed, room=limit)
         if result.total > limit:  # still over (a long chat of short lines): short texts too
@@ -149,14 +162,16 @@ def _cramped(fixed: int, share: Callable[[int], int], room: int) -> bool:
     return room - (fixed + max(0, share(fixed))) < HEADROOM * room
 
 
-def _switch(result: Scan, current: list[int], formed: list[int], i: int) -> None:
+def _switch(result: Scan, current: list[int], formed: list[int], i: int, rules: Rules) -> None:
     """The conversation first passes the trigger at ``i``: messages ``0..i`` take their first-sight
-    forms (a reset point when that changes any)."""
+    forms (a reset point when that changes any), in order (a follow-up's evidence reads the levels
+    before it)."""
     for j in range(i + 1):
-        if formed[j] != current[j]:
+        size = formed[j] + rules.block(j, result.levels)  # it reads levels[:j] only
+        if size != current[j]:
             result.levels[j] = FIRST_SIGHT
-            result.total -= current[j] - formed[j]
-            current[j] = formed[j]
+            result.total -= current[j] - size
+            current[j] = size
             if not result.points or result.points[-1] != i:
                 result.points.append(i)
 
@@ -196,6 +211,15 @@ class _Walk:
         if expected is not None:
             result.expected[i] = result.expected.get(i, 0.0) + expected
         return True
+
+    def reblock(self, i: int, bare: int) -> None:
+        """A reset at ``i`` kept message ``i`` (``bare`` tokens without its evidence): its evidence asked
+        again, now that the reset's forms are what is sent of the documents."""
+        if self.rules.evidence_again is None:
+            return
+        size = bare + self.rules.evidence_again(i, self.result.levels)
+        self.result.total += size - self.current[i]
+        self.current[i] = size
 
     def apply(self, i: int, level: Level, sizes: dict[int, int]) -> bool:
         """Messages ``sizes`` now at ``level``, with those sizes: a reset at ``i`` if that saves any."""

@@ -174,3 +174,52 @@ def test_a_tool_call_after_a_reset_never_rewrites_what_it_kept(upstream: FakeUps
     assert cold_seen == warm_seen
     report = ("x-mixpr-reset", "x-mixpr-compressed-tokens", "x-mixpr-prefix-reused-tokens")
     assert [cold_response.headers[h] for h in report] == [warm_response.headers[h] for h in report]
+
+
+def _block(message: dict[str, Any]) -> str:
+    """The evidence block the gateway put before a follow-up's question ("" if none)."""
+    found = re.search(r"<earlier_context[^>]*>(.*?)</earlier_context>", message["content"], re.S)
+    return found.group(1) if found else ""
+
+
+def _sentences(text: str) -> set[str]:
+    """``text``'s sentences of some length, whitespace normalised, none across a block's gaps."""
+    pieces = re.split(r"(?<=[.!?])\s+|\[…\]", re.sub(r"\s+", " ", text))
+    return {p.strip() for p in pieces if len(p.strip()) > 40}
+
+
+# Asked again after a reset, and (with another question, which makes its block larger) at one.
+AFTER = (*QUESTIONS, QUESTIONS[2])
+AT = (*QUESTIONS[:6], QUESTIONS[2] + " And what happens when continue runs in a finally clause?")
+
+
+@pytest.mark.parametrize(("questions", "share"), [(AFTER, 0.6), (AT, 0.4)], ids=["after", "at"])
+def test_a_question_asked_again_after_a_reset_brings_its_passages_again(
+    upstream: FakeUpstream, warm: httpx.Client, questions: tuple[str, ...], share: float,
+) -> None:
+    """A follow-up's passages, then a reset that cuts the document again for every question so far
+    (and drops the earlier evidence), then the same question again, after the reset or at it: its
+    passages reach the upstream again. (Blocks were computed before the resets, leaving out what the
+    first-sight forms and the earlier blocks had held: after a reset a question went without what the
+    reset dropped, 8 of 95 passages again; at the reset, 13 of 95.) A cold instance sends the same
+    bytes."""
+    turns = _conversation(warm, upstream, "window", _document(40_000), questions)
+    first = _sentences(_block(turns[2][2][-1]))
+    assert len(first) >= 5, "the first asking brought no evidence to compare"
+    resets = [i for i, (_, r, _) in enumerate(turns) if r.headers["x-mixpr-reset"] == "true"]
+    if questions is AT:
+        assert resets[-1] == len(turns) - 1, f"not at a reset: {resets}"
+    else:
+        assert any(2 < i < len(turns) - 1 for i in resets), f"no reset between the askings: {resets}"
+    sent, response, seen = turns[-1]
+    again = _sentences(" ".join(m["content"] for m in seen if isinstance(m.get("content"), str)))
+    # Most of them (the query differs: the second asking's leaves out the words the questions share,
+    # or shares the block with another question).
+    assert len(first & again) >= share * len(first), f"{len(first & again)} of {len(first)} again"
+    cold = _server(upstream)
+    try:
+        with httpx.Client(base_url=cold.url, headers={"Authorization": f"Bearer {MASTER_KEY}"},
+                          timeout=600) as http:
+            assert _send(http, upstream, "window", sent)[1] == seen
+    finally:
+        cold.stop()

@@ -45,15 +45,27 @@ def test_a_follow_up_over_a_larger_document_gets_more_evidence_within_the_room()
 
 
 def test_the_words_every_earlier_question_shares_are_left_out_of_the_query() -> None:
-    """A checklist's template ranks the same passages first for every question: from the third
-    question on, the words all earlier ones share are left out (a question with under two words of
-    its own keeps its words)."""
+    """A checklist's template ranks the same passages first for every question: the second question
+    leaves out the runs of four words or more it shares with the first, and from the third on, the
+    words all earlier ones share are left out (a question with under two words of its own keeps its
+    words)."""
     template = evidence.Template()
-    for question in ('Highlight the parts related to "Governing Law". Details: which state?',
-                     'Highlight the parts related to "Exclusivity". Details: is there any?'):
-        assert evidence.distinctive(question, template.shared()) == question
-        template.add(question)
+    first = 'Highlight the parts related to "Governing Law". Details: which state?'
+    assert evidence.distinctive(first, template.shared(first)) == first
+    template.add(first)
+    second = 'Highlight the parts related to "Exclusivity". Details: is there any?'
+    assert evidence.distinctive(second, template.shared(second)) == "Exclusivity Details there any"
+    template.add(second)
     asked = 'Highlight the parts related to "Audit Rights". Details: may a party audit the books?'
-    assert evidence.distinctive(asked, template.shared()) == "Audit Rights may party audit books"
+    assert evidence.distinctive(asked, template.shared(asked)) == "Audit Rights may party audit books"
     own = "Highlight the parts related to it?"
-    assert evidence.distinctive(own, template.shared()) == own
+    assert evidence.distinctive(own, template.shared(own)) == own
+
+
+def test_a_second_question_on_the_same_topic_keeps_the_topic_in_its_query() -> None:
+    """Two questions that share their topic's words, not a form's sentence: the second keeps them (a
+    follow-up on the same topic searches for it)."""
+    template = evidence.Template()
+    template.add("who wrote the harry potter books")
+    second = "when was the first harry potter book released in the uk"
+    assert evidence.distinctive(second, template.shared(second)) == second
