@@ -47,6 +47,10 @@ def asks(plan: Plan) -> dict[int, list[Ask]]:
     for number, piece in enumerate(plan.pieces):
         if not piece.question:
             continue
+        if piece.query:  # a document part: its message's question is its last part (``forms``)
+            if plan.tokens[number] > plan.cap:
+                documents.append(number)
+            continue
         question = forms.split_question(piece.text)[1] or piece.text
         shared = template.shared(question)
         template.add(question)

@@ -99,8 +99,18 @@ def pieces(messages: list[dict[str, Any]], verbatim_ids: frozenset[str] = frozen
             found += [replace(p, role="tool", title="observation")
                       for p in _texts(index, message, query, None, question=False, first=True)]
         elif role == "user":
-            found += _texts(index, message, "", None, question=True, first=True)
+            found += _asked(_texts(index, message, "", None, question=True, first=True))
     return found
+
+
+def _asked(parts: list[Piece]) -> list[Piece]:
+    """A user message's text parts: a client that attaches a document sends it as a part of its own
+    and the question as the last part, so the earlier parts answer the last part's question
+    (``query``: their forms are cut for it, as one string's body is cut for its last paragraph)."""
+    if len(parts) < 2:
+        return parts
+    question = split_question(parts[-1].text)[1]
+    return [*(replace(p, query=question) for p in parts[:-1]), parts[-1]]
 
 
 def _own_pieces(index: int, message: dict[str, Any], task: str) -> list[Piece]:
@@ -190,7 +200,7 @@ def form_job(piece: Piece, asked: int, model: str | None) -> tuple[str, int]:
     elif piece.call is not None:
         form = _arguments(piece.text, asked, piece.query, model)
     elif piece.question:
-        form = _with_question(piece.text, asked, model)
+        form = _with_question(piece.text, asked, model, piece.query)
     else:
         form = edged(piece.text, asked, piece.query, piece.source, model)
     return form, count_tokens(form, model)
@@ -287,16 +297,21 @@ def _line_before(text: str, at: int) -> int:
     return at if start < 0 else start + 1
 
 
-def _with_question(text: str, asked: int, model: str | None) -> str:
+def _with_question(text: str, asked: int, model: str | None, query: str = "") -> str:
     """A user message (a pasted document and its question): MixPR's sentence-level retrieval, as a
     single question is compressed, with the question (its last paragraph) as the query and always
-    kept. The heuristic router: an LLM's answer could differ between instances."""
-    body, question = split_question(text)
+    kept. ``query``: a document part whose question is a later part of its message; the form is
+    its text cut for that question, without it. The heuristic router: an LLM's answer could differ
+    between instances."""
+    body, question = (text, query) if query else split_question(text)
     if not body:
         return text
     joined = f"{body}\n\n{question}"
-    return mixpr.engine.compress(joined, budget_tokens=max(1, asked), route="heuristic", model=model,
-                          query_span=(len(joined) - len(question), len(joined))).text
+    kept = mixpr.engine.compress(joined, budget_tokens=max(1, asked), route="heuristic", model=model,
+                                 query_span=(len(joined) - len(question), len(joined))).text
+    if query and kept.rstrip().endswith(question):  # the question stays in its own part
+        kept = kept.rstrip()[: -len(question)].rstrip()
+    return kept
 
 
 def split_question(text: str) -> tuple[str, str]:

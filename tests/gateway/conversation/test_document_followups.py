@@ -223,3 +223,27 @@ def test_a_question_asked_again_after_a_reset_brings_its_passages_again(
             assert _send(http, upstream, "window", sent)[1] == seen
     finally:
         cold.stop()
+
+
+def test_a_document_sent_as_its_own_part_is_cut_for_the_question_in_the_next_part(
+    upstream: FakeUpstream, warm: httpx.Client,
+) -> None:
+    """A client that attaches a document sends it as a text part of its own and the question as the
+    last part (OpenAI content parts, Anthropic text blocks): the document's form is cut for that
+    question, as a pasted string's body is cut for its last paragraph, and the question part is sent
+    as written. (It was cut for the document's own last paragraph: what the question asked about was
+    gone from the next request on.)"""
+    document = _document(40_000)
+    answer = "Suspend the execution of *coroutine* on an *awaitable* object."
+    question = "What does an await expression do to a coroutine?"
+    assert answer in document
+    parts = [{"type": "text", "text": document}, {"type": "text", "text": question}]
+    first = {"role": "user", "content": parts}
+    messages = [first, {"role": "assistant", "content": "It suspends it."},
+                {"role": "user", "content": "And what does del do?"}]
+    response, seen = _send(warm, upstream, "window", messages)
+    assert response.headers["x-mixpr-action"] == "compressed"
+    form, asked = seen[0]["content"]
+    assert _tokens([{"content": form["text"]}]) < 8_000  # cut: the document is 40k
+    assert answer in form["text"]
+    assert asked == {"type": "text", "text": question}
