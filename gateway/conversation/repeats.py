@@ -22,6 +22,9 @@ from collections.abc import Iterable
 MIN_LINE_CHARS = 8  # a shorter line ("}", "else:") is not worth a lookup, nor a fact of its own
 MIN_RUN_CHARS = 60  # a run of repeated lines shorter than this stays: its marker would cost as much
 NOTES_CHARS = 300  # what an older note of the agent's keeps at most: its first paragraph
+ACTION_CHARS = 2000  # ... and the fenced command it ends with, when no longer than this
+# A fenced block at the very end of a note (no fence inside it): a text-based agent's action.
+_ACTION = re.compile(r"```[^\n`]*\n(?:(?!```).)*```\s*\Z", re.DOTALL)
 # A file view's line number ("  12\t" of ``cat -n``, "12:" of an editor's view): an edit above a line
 # moves it, and the next view of the file repeats the line under another number.
 _NUMBER = re.compile(r"\A\d{1,7}(?:\t|:)")
@@ -78,11 +81,16 @@ def cut(texts: Iterable[tuple[str, bool]]) -> list[str | None]:
     return out
 
 
-
 def notes(text: str) -> str | None:
     """One of the agent's older notes cut to its first paragraph (at most ``NOTES_CHARS``: what it set
-    out to do) and a marker; None when that saves too little to be worth a marker."""
+    out to do), a marker, and the fenced block it ends with, if any (a text-based agent's command,
+    whose output follows: mini-swe-agent, SWE-agent); None when that saves too little."""
     first = text.strip().split("\n\n", 1)[0][:NOTES_CHARS]
-    if len(text) - len(first) < 2 * MIN_RUN_CHARS:
+    found = _ACTION.search(text)
+    action = found.group(0).strip() if found and len(found.group(0)) <= ACTION_CHARS else ""
+    if action and action in first:
+        action = ""
+    if len(text) - len(first) - len(action) < 2 * MIN_RUN_CHARS:
         return None
-    return f"{first}\n[... {text.count(chr(10)) + 1} lines of the agent's earlier notes omitted ...]"
+    marker = f"[... {text.count(chr(10)) + 1} lines of the agent's earlier notes omitted ...]"
+    return "\n".join(part for part in (first, marker, action) if part)

@@ -49,3 +49,11 @@ def test_an_older_note_keeps_its_first_paragraph() -> None:
     kept = repeats.notes(f"I will fix the parser first.\n\n{reasons}")
     assert kept == "I will fix the parser first.\n[... 11 lines of the agent's earlier notes omitted ...]"
     assert repeats.notes("Short note.\n\nAnd a second line.") is None  # a marker would save nothing
+
+
+def test_an_older_note_of_a_text_based_agent_keeps_its_command() -> None:
+    reasons = "\n".join(f"Because of reason {k}, the comma fails." for k in range(9))
+    command = "```bash\npytest -x tests/test_parse.py\n```"
+    kept = repeats.notes(f"THOUGHT: run the tests.\n\n{reasons}\n\n{command}")
+    assert kept is not None and kept.startswith("THOUGHT: run the tests.\n[... ")
+    assert kept.endswith(f"omitted ...]\n{command}")
