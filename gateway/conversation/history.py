@@ -174,7 +174,7 @@ class History:
         numbers = plan.pool(end, wide, spare)
         if not numbers:
             return {}
-        pool = [plan.pieces[n] for n in numbers]
+        pool = cold.lean(plan, i, end, numbers, levels)  # what is sent twice goes first
         query = task.query(plan.request.messages, i)
         name = recut.key(pool, query, budget, plan.salt)
         names = [f"{name}:{k}" for k in range(len(pool))]
