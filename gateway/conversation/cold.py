@@ -8,10 +8,11 @@ every later turn. What is cut there loses no fact an earlier tool output alone h
   repeats``): the same files, logs and greps read again, a file view again after an edit moved its
   line numbers, or the lines the agent itself typed again in a later call (an edit's old text);
 * the agent's own notes older than its newest ``NOTES_KEPT`` turns keep their first paragraph, what
-  it set out to do (``repeats.notes``). The facts it used came from tool outputs, which stay: on the
-  dev split (issue 46) this left every fact only an earlier output held, and 0.25% of the strings the
-  agent reused at all, for about three quarters of the cold turn's saving. A cut made for the task
-  (MixPR over the older outputs) at the same point lost a fifth of the facts the next steps used.
+  it set out to do (``repeats.notes``), and the fenced command they end with. The facts it used came
+  from tool outputs, which stay: on the dev split (issue 46) this kept every fact only an earlier
+  output held and all but 0.01% of the strings the agent reused at all, for about three fifths of the
+  cold turn's saving. A cut made for the task (MixPR over the older outputs) at the same point lost a
+  fifth of the facts the next steps used.
 
 A pure function of the messages up to the cold point and their levels, so every later request
 makes the same cut again (``gateway.conversation.history``).
