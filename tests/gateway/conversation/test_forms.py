@@ -191,7 +191,8 @@ def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:
     assert forms.budget(piece, 3000, forms.Prefix(argument_tokens=0), cap=8000) is None
     parsed = json.loads(forms.form_job(piece, asked, None)[0])
     kept = parsed["file_text"]
-    assert kept.startswith(long[:50]) and kept.endswith(long[-30:]) and len(kept) < len(long) / 8
+    assert kept.startswith(long[:50]) and kept.endswith(long[-30:])
+    assert len(kept) < 200  # about 50 tokens of a 2,700-token file: the agent reads the result, not its call
 
 
 def test_arguments_that_keep_nothing_keep_what_names_the_call() -> None:
