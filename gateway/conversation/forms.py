@@ -33,6 +33,7 @@ import mixpr.engine
 from gateway.compress import messages as shape
 from gateway.config import Prefix
 from gateway.conversation import json_values
+from mixpr import kinds
 from mixpr.tokens import count_tokens
 
 VERBATIM_ROLES = frozenset({"system", "developer"})
@@ -49,6 +50,7 @@ IDENTIFYING_CHARS = 240
 # first and last 2,000 characters of an output over 4,000), so a first-sight form is never behind it.
 EDGE_CHARS = 2000
 EDGE_SHARE = 0.9  # the head and tail take at most this share of a form's budget
+CODE_CAP_SHARE = 1 / 3  # a code output's larger first-sight form keeps at most this share of the cap
 MIDDLE_MIN_TOKENS = 24  # less room than this for the middle: a marker says what was left out
 # An "output line(s)" marker of MixPR's, numbered within the middle it was given.
 _OUTPUT_LINES = re.compile(r"(\[… (?:part of )?output lines? )(\d+)(?:–(\d+))?")
@@ -176,8 +178,21 @@ def budget(piece: Piece, tokens: int, settings: Prefix, cap: int, *, sent_whole:
     if piece.question and sent_whole:
         return min(tokens, cap) if cap < tokens else None
     keep = settings.document_keep if piece.question else settings.keep
-    first = min(tokens, cap, int(settings.keep_tokens + keep * (tokens - settings.keep_tokens)))
+    base = settings.keep_tokens if piece.question else output_keep(piece.text, settings, cap)
+    first = min(tokens, cap, int(base + keep * (tokens - base)))
     return first if first < tokens else None
+
+
+def output_keep(text: str, settings: Prefix, cap: int) -> int:
+    """What a long output keeps at first sight before its share of the rest: more when it reads as
+    code (``mixpr.kinds``: a file view, a listing), whose lines agents quote steps later; a log's or
+    a grep's they rarely do (``Prefix.code_keep``). The more is at most ``CODE_CAP_SHARE`` of the cap:
+    a small budget must still hold a few steps (an 8-step loop under a 3,000-token budget reset at
+    every request)."""
+    if kinds.resolve(text, "auto") != "code":
+        return settings.keep_tokens
+    more = min(int(settings.code_keep * settings.keep_tokens), int(cap * CODE_CAP_SHARE))
+    return max(settings.keep_tokens, more)
 
 
 def key(piece: Piece, asked: int, salt: str) -> str:
@@ -262,7 +277,8 @@ def edged(text: str, asked: int, query: str, source: str | None, model: str | No
     room = asked - edges
     kept = _compressed(middle, room, query, source, model) if room >= MIDDLE_MIN_TOKENS else ""
     lines = head.count("\n")
-    if not kept.strip():
+    # A room under a block and its marker keeps the middle's first tokens, unmarked: no better than none.
+    if not kept.strip() or (kept != middle and "[…" not in kept):
         last = lines + middle.count("\n") + (not middle.endswith("\n"))
         kept = f"[… output lines {lines + 1}–{last} omitted …]\n"
     elif lines:  # MixPR numbered the middle's lines from 1: the output's own numbers

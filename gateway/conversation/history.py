@@ -37,11 +37,11 @@ from gateway.compress import conversation, policy
 from gateway.compress.compressor import Compressor, Outcome
 from gateway.conversation import (
     checks,
+    cold,
     evidence,
     followups,
     forms,
     recut,
-    repeats,
     report,
     resets,
     task,
@@ -187,7 +187,7 @@ class History:
         numbers = plan.pool(end, wide, spare)
         if not numbers:
             return {}
-        pool = [plan.pieces[n] for n in numbers]
+        pool = cold.lean(plan, i, end, numbers, levels)  # what is sent twice goes first
         query = task.query(plan.request.messages, i)
         name = recut.key(pool, query, budget, plan.salt)
         names = [f"{name}:{k}" for k in range(len(pool))]
@@ -214,12 +214,9 @@ class History:
 
     def _repeats(self, plan: Plan, bridge: Bridge, i: int, end: int,
                  levels: Sequence[resets.Level]) -> dict[int, int]:
-        """A cold point ``i``'s cut (``gateway.conversation.repeats``): the tool outputs of ``[0, end)``
-        without the lines a later message up to ``i`` repeats; the new size of each message it cut."""
-        numbers = [n for n, p in enumerate(plan.pieces) if p.message <= i]
-        texts = [(plan.text(n, levels[plan.pieces[n].message]),
-                  plan.pieces[n].role == "tool" and plan.pieces[n].message < end) for n in numbers]
-        cut = {n: text for n, text in zip(numbers, repeats.cut(texts), strict=True) if text is not None}
+        """A cold point ``i``'s cut over ``[0, end)`` (``gateway.conversation.cold``); the new size of each
+        message it cut."""
+        cut = cold.cut(plan, i, end, levels)
         # Counted once per text, here or on a replica: every later request makes this cut again.
         tokens = counts(self.store, list(cut.values()), plan.request.target.model, bridge.loop)
         level = resets.cold_level(i, end)

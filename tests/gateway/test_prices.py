@@ -128,8 +128,9 @@ def _agent(steps: int, lines: int) -> list[dict[str, Any]]:
 def _past_the_trigger(prices: dict[str, float]) -> Any:
     """The first request of an agent loop whose forms pass its 40k trigger (41k; cost budget 4k,
     resets gated by prices), prepared by a gateway whose model has ``prices`` in its model_info."""
+    # code_keep 1: every listing's form at keep_tokens (a code output's larger form would move the sums).
     mixpr = {"router": "heuristic", "budget_tokens": 4000, "compress_above_tokens": 40_000,
-             "prefix": {"first_sight": "always"}}
+             "prefix": {"first_sight": "always", "code_keep": 1.0}}
     entry = {"model_name": "m", "litellm_params": {"model": "openai/acme-internal", "api_base": UNUSED},
              "model_info": {"max_input_tokens": 200_000, **prices}, "mixpr": mixpr}
 

@@ -163,6 +163,19 @@ def test_a_first_sight_form_of_dense_text_stays_within_a_small_budget() -> None:
             assert count_tokens(forms.edged(text, asked, "what does it say", None, None)) <= asked
 
 
+def test_a_file_view_keeps_more_at_first_sight_than_a_log_of_its_length() -> None:
+    """Agents quote the files they read steps later, rarely a log's lines (``prefix.code_keep``); a
+    small budget still holds a few steps (at most a third of the cap)."""
+    messages = _loop(1, size=600)
+    log = "\n".join(f"[INFO] step {i}: fetched package-{i}.tar.gz ({i % 7} MB) OK" for i in range(600))
+    messages.append({**messages[-1], "content": log})
+    view, logged = [p for p in forms.pieces(messages) if p.role == "tool"]
+    tokens = count_tokens(view.text, None)
+    asked = [forms.budget(p, tokens, forms.Prefix(), cap=8000) for p in (view, logged)]
+    assert asked[0] is not None and asked[1] is not None and asked[0] > asked[1] + 1000
+    assert forms.budget(view, tokens, forms.Prefix(), cap=3000) == 1000 + int(0.02 * (tokens - 1000))
+
+
 def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:
     long = "\n".join(f"line {i}: value = compute_{i}(x)" for i in range(300))
     call = {"id": "c", "type": "function",
@@ -178,7 +191,8 @@ def test_long_call_arguments_are_cut_at_first_sight_as_json() -> None:
     assert forms.budget(piece, 3000, forms.Prefix(argument_tokens=0), cap=8000) is None
     parsed = json.loads(forms.form_job(piece, asked, None)[0])
     kept = parsed["file_text"]
-    assert kept.startswith(long[:100]) and kept.endswith(long[-90:]) and len(kept) < len(long) / 4
+    assert kept.startswith(long[:50]) and kept.endswith(long[-30:])
+    assert len(kept) < 200  # about 50 tokens of a 2,700-token file: the agent reads the result, not its call
 
 
 def test_arguments_that_keep_nothing_keep_what_names_the_call() -> None:

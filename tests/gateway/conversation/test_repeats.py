@@ -33,3 +33,27 @@ def test_only_what_may_be_cut_is_cut() -> None:
     text = _file("c", 10)
     assert repeats.cut([(text, False), (text, False)]) == [None, None]
     assert repeats.cut([(text, True), (text, False)])[0] == "[... 10 lines repeated below ...]"
+
+
+def test_a_file_view_renumbered_by_an_edit_is_still_a_copy() -> None:
+    view = "\n".join(f"{i:6}\tdef handler_{i}(value): return parse(value)" for i in range(1, 11))
+    moved = "\n".join(f"{i + 3:6}\tdef handler_{i}(value): return parse(value)" for i in range(1, 11))
+    assert repeats.cut([(view, True), (moved, False)])[0] == "[... 10 lines repeated below ...]"
+    editor = "\n".join(f"{12 + i}: x = parse(value, strict={i})" for i in range(3))  # SWE-agent's view
+    later = "\n".join(f"{40 + i}: x = parse(value, strict={i})" for i in range(3))
+    assert repeats.cut([(editor, True), (later, False)])[0] == "[... 3 lines repeated below ...]"
+
+
+def test_an_older_note_keeps_its_first_paragraph() -> None:
+    reasons = "\n".join(f"Because of reason {k}, the comma fails." for k in range(9))
+    kept = repeats.notes(f"I will fix the parser first.\n\n{reasons}")
+    assert kept == "I will fix the parser first.\n[... 11 lines of the agent's earlier notes omitted ...]"
+    assert repeats.notes("Short note.\n\nAnd a second line.") is None  # a marker would save nothing
+
+
+def test_an_older_note_of_a_text_based_agent_keeps_its_command() -> None:
+    reasons = "\n".join(f"Because of reason {k}, the comma fails." for k in range(9))
+    command = "```bash\npytest -x tests/test_parse.py\n```"
+    kept = repeats.notes(f"THOUGHT: run the tests.\n\n{reasons}\n\n{command}")
+    assert kept is not None and kept.startswith("THOUGHT: run the tests.\n[... ")
+    assert kept.endswith(f"omitted ...]\n{command}")

@@ -54,10 +54,36 @@ def _config(prefix: dict[str, Any], redis_url: str | None = None) -> dict[str, A
     return {"model_list": [entry], "general_settings": shared}
 
 
+def _noted(steps: int) -> list[dict[str, Any]]:
+    """``_agent``'s loop, each of the agent's notes a first paragraph and then long reasoning."""
+    messages = _agent(steps)
+    for number, message in enumerate(messages):
+        if message["role"] == "assistant":
+            reasoning = "\n".join(f"Reason {k} for step {number}: the parser drops it." for k in range(40))
+            message["content"] = f"Plan {number}: read the next file.\n\n{reasoning}"
+    return messages
+
+
+def _typed(steps: int) -> list[dict[str, Any]]:
+    """``_agent``'s loop after a step that read ``g.py`` once; the agent's third call after it types
+    that listing's first lines again (an edit's old text), in a call short enough to go as written."""
+    messages = _agent(steps)
+    read = {"id": "g", "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": "cat g.py"})}}
+    messages[2:2] = [{"role": "assistant", "content": "Reading g.py", "tool_calls": [read]},
+                     {"role": "tool", "tool_call_id": "g", "content": _listing(9, 150)}]
+    typed = "\n".join(_listing(9, 6).split("\n"))
+    call = messages[8]["tool_calls"][0]["function"]
+    call["arguments"] = json.dumps({"command": "edit g.py", "old": typed})
+    return messages
+
+
 def _turns(pauses: list[float], prefix: dict[str, Any] | None = None, redis_url: str | None = None,
-           replicas: list[int] | None = None, metrics: Metrics | None = None) -> list[Any]:
+           replicas: list[int] | None = None, metrics: Metrics | None = None,
+           agent: Any = _agent) -> list[Any]:
     """One conversation's requests, a step apart, each after its pause (seconds) since the last;
-    ``replicas``: which of two gateways (their own memory, one Redis) prepares each."""
+    ``replicas``: which of two gateways (their own memory, one Redis) prepares each; ``agent``: the
+    loop of so many steps."""
 
     async def main() -> list[Any]:
         compressor = Compressor(Workers(workers=1, executor="thread", timeout_s=120), route_cache_size=16)
@@ -69,7 +95,7 @@ def _turns(pauses: list[float], prefix: dict[str, Any] | None = None, redis_url:
             for step, pause in enumerate(pauses):
                 await asyncio.sleep(pause)
                 preparer = preparers[replicas[step] if replicas else 0]
-                out.append(await preparer.prepare(ChatCall("m", _agent(10 + step))))
+                out.append(await preparer.prepare(ChatCall("m", agent(10 + step))))
                 await asyncio.sleep(0.05)  # Redis is written in the background: let it land
         finally:
             for preparer in preparers:
@@ -99,6 +125,25 @@ def test_a_cold_turn_resets_and_later_turns_keep_that_reset() -> None:
     turns = {state: sample("mixpr_cache_turns_total", {"model": "m", "state": state})
              for state in ("cold", "warm")}
     assert turns == {"cold": 1.0, "warm": 2.0}
+
+
+def test_a_cold_turn_cuts_the_agents_older_notes_to_their_first_paragraph() -> None:
+    *_, cold, after = _turns([0, 0, 1.5 * LIFETIME, 0], agent=_noted)
+    notes = [m for m in cold.messages if m["role"] == "assistant"]
+    older, newest = notes[:-5], notes[-5:]
+    assert all(m["content"].startswith("Plan ") and "earlier notes omitted" in m["content"] for m in older)
+    assert all("Reason 39 for step" in m["content"] for m in newest), "the newest five turns stay whole"
+    written = [m["tool_calls"] for m in _noted(12) if m["role"] == "assistant"]
+    assert [m["tool_calls"] for m in notes] == written  # the calls go as the agent wrote them
+    assert (after.reset, after.reused_tokens > 0.9 * cold.final_tokens) == (False, True)
+
+
+def test_a_cold_turn_drops_the_lines_the_agent_typed_again_in_a_call() -> None:
+    *_, cold = _turns([0, 0, 1.5 * LIFETIME], agent=_typed)
+    [listing] = [m["content"] for m in cold.messages if m.get("tool_call_id") == "g"]
+    assert "def handler_9_2(value)" not in listing and "lines repeated below" in listing
+    sent = "\n".join(str(m.get("content")) + json.dumps(m.get("tool_calls")) for m in cold.messages)
+    assert "def handler_9_2(value)" in sent  # in the agent's own call, later
 
 
 def test_replicas_share_when_a_conversation_was_last_sent(redis_server: Any) -> None:
