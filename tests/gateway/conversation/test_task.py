@@ -65,20 +65,12 @@ def test_boilerplate_is_removed_as_the_regular_expression_did() -> None:
 
 def test_unclosed_tags_take_linear_time() -> None:
     """``<(tag)>.*?</\\1>`` rescanned to the end for each opening never closed: 72 kB took 2 s,
-    1 MB minutes. Doubling the text about doubles the time (ratio in one run; 4x for quadratic)."""
+    1 MB minutes. A megabyte of them now takes tens of milliseconds: the bound is far from both, so
+    a loaded machine cannot fail it and the quadratic scan cannot pass it. (A ratio of two sizes,
+    as this test had, failed on a busy machine at 3.2x: not the user's concern, a hang is.)"""
     import time
 
-    def took(size: int) -> float:
-        text = "<system-reminder>x" * (size // 18)
-        best = float("inf")
-        for _ in range(5):  # the best of five: another process on the core only ever adds time
-            started = time.perf_counter()
-            task.user_words({"role": "user", "content": text + "\n\nWhich file?"})
-            best = min(best, time.perf_counter() - started)
-        return best
-
-    # Half a megabyte and one (tens of milliseconds each): at 64 kB a run took 0.7 ms, and a
-    # scheduler's tick on a loaded machine was enough to pass the quadratic bound.
-    small, large = took(500_000), took(1_000_000)
-    assert large < small * 3, (small, large)
-    assert large < 1.0
+    text = "<system-reminder>x" * (1_000_000 // 18)
+    started = time.perf_counter()
+    assert task.user_words({"role": "user", "content": text + "\n\nWhich file?"}) == "Which file?"
+    assert time.perf_counter() - started < 2.0
