@@ -47,19 +47,16 @@ def asks(plan: Plan) -> dict[int, list[Ask]]:
     for number, piece in enumerate(plan.pieces):
         if not piece.question:
             continue
-        if piece.query:  # a document part: its message's question is its last part (``forms``)
-            if plan.tokens[number] > plan.cap:
-                documents.append(number)
-            continue
-        question = forms.split_question(piece.text)[1] or piece.text
-        shared = template.shared(question)
-        template.add(question)
-        cut = tuple(q for q in documents if plan.pieces[q].message < piece.message)
+        if not piece.query:  # a document part's question is its message's last part (``forms``)
+            question = forms.split_question(piece.text)[1] or piece.text
+            shared = template.shared(question)
+            template.add(question)
+            cut = tuple(q for q in documents if plan.pieces[q].message < piece.message)
+            if piece.message > first_user and cut:
+                ask = Ask(number, evidence.distinctive(question, shared), cut)
+                found.setdefault(piece.message, []).append(ask)
         if plan.tokens[number] > plan.cap:
             documents.append(number)
-        if piece.message > first_user and cut:
-            ask = Ask(number, evidence.distinctive(question, shared), cut)
-            found.setdefault(piece.message, []).append(ask)
     return found
 
 
@@ -81,9 +78,6 @@ class Followups:
         plan, settings = self.plan, self.plan.request.settings
         added = 0
         for ask in self.asks.get(i, ()):
-            if ask.number in plan.evidence:  # asked once per scan; the same answer again
-                added += plan.evidence[ask.number][1]
-                continue
             spent = self._spent(ask.cut, levels)
             more = plan.request.more_evidence if i == len(plan.request.messages) - 1 else 1.0
             wanted = evidence.wanted(min(self.room, settings.max_budget_tokens), spent.whole,
