@@ -79,7 +79,7 @@ def _pasted(name_chunks: int) -> list[str]:
     """Three documents pasted at once, the middle one about "Potter" (the name in ``name_chunks`` of
     its chunks), then a question about it in everyday words."""
     before, after = sentences(40, seed=7), sentences(30, seed=8)
-    middle = [f"Potter fans queued at midnight, chapter {i}." for i in range(name_chunks)]
+    middle = [f"{s} So Potter says." for s in sentences(name_chunks, seed=10)]
     middle[name_chunks // 2] = "The first Potter book came out in 1997."
     decoy = "Their first book came out in 2001."
     return [*before[:20], decoy, *before[20:], *middle, *after, "When did the first Potter book come out?"]
