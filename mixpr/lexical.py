@@ -23,9 +23,9 @@ every part uses ("contract", "the"): it counts, when it lacks more of them than 
 words do at the median. A table or a list lacks "the" and "and" as it lacks every common word: they
 stay out (without that comparison, single NQ pages of tables lost answers: 0.69 -> 0.67 at 1k,
 0.90 -> 0.87 at 4k).
-Measured (bench/README.md, issue 45): whole-paste retrieval over the dev conversations' pages, 72 ->
-76 of 96 answers at 2k, 84 -> 86 at 4k, 88 -> 91 at 8k; contracts unchanged; every ``bench.real_docs``
-cell and budget the same.
+Measured (``python -m bench.paste_ranks``, issue 45): over the dev conversations' whole pastes, pages
+72 -> 75 of 96 answers at 2k, 84 -> 86 at 4k, 88 -> 91 at 8k; contracts unchanged; every
+``bench.real_docs`` cell and budget the same.
 """
 
 from __future__ import annotations
