@@ -13,6 +13,19 @@ Mayfield (2004) found as good as a language's stemmer, needs no word lists and c
 over the vocabulary. Measured on the real-document dev split (bench/README.md): prefixes of
 4 / 5 / 6 characters, mean of the six cells 0.716 / 0.718 / 0.704 against 0.708 without;
 truncating every word of the index instead (so the graph also sees stems) did worse (0.697).
+
+Topic words: several documents pasted at once are one text, and the largest one's name ("harry
+potter" in a 37k-token article among five pages of 64k) is in more than ``STOP_WORD_SHARE`` of its
+chunks: a stop word by that count, so a question about it ("when did all the first harry potter book
+come out") ranked "first", "book" and "out" over every page. A frequent word that some stretches of
+the text (``TOPIC_ABSENT`` of its tenths) all but lack is what sets one document apart, not a word
+every part uses ("contract", "the"): it counts, when it lacks more of them than the text's frequent
+words do at the median. A table or a list lacks "the" and "and" as it lacks every common word: they
+stay out (without that comparison, single NQ pages of tables lost answers: 0.69 -> 0.67 at 1k,
+0.90 -> 0.87 at 4k).
+Measured (``python -m bench.paste_ranks``, issue 45): over the dev conversations' whole pastes, pages
+72 -> 75 of 96 answers at 2k, 84 -> 86 at 4k, 88 -> 91 at 8k; contracts unchanged; every
+``bench.real_docs`` cell and budget the same.
 """
 
 from __future__ import annotations
@@ -26,6 +39,10 @@ from mixpr.experts import STOP_WORD_SHARE, rare_words
 
 PREFIX_CHARS = 5
 VARIANT_WEIGHT = 0.5  # a variant is weaker evidence than the word itself (1.0 measured 0.006 lower)
+# A frequent query word near-absent from this share of the text's tenths is a topic word (issue 45).
+SEGMENTS = 10
+NEAR_ABSENT = 0.1
+TOPIC_ABSENT = 0.3
 
 
 def lexical_scores(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None = None) -> np.ndarray:
@@ -36,14 +53,48 @@ def lexical_scores(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None 
 
 
 def query_vector(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None = None) -> np.ndarray:
-    """Weight per column: 1 for the query's rare words, ``VARIANT_WEIGHT`` for their variants."""
+    """Weight per column: 1 for the query's rare words and topic words (``topic_words``),
+    ``VARIANT_WEIGHT`` for the rare words' variants."""
     rare = rare_words(W, share=STOP_WORD_SHARE)
-    asked = np.intersect1d(W[np.flatnonzero(p)].indices, rare)
+    question = np.flatnonzero(p)
+    words_asked = np.unique(W[question].indices)
+    asked = np.intersect1d(words_asked, rare)
     query = np.zeros(W.shape[1])
     if words is not None and len(asked):
         query[variants(words, asked, rare)] = VARIANT_WEIGHT
     query[asked] = 1.0
+    query[topic_words(W, np.setdiff1d(words_asked, rare), question)] = 1.0
     return query
+
+
+def topic_words(W: sp.csr_matrix, frequent: np.ndarray, question: np.ndarray) -> np.ndarray:
+    """Of the query's ``frequent`` words (columns), those near-absent (under ``NEAR_ABSENT`` of their
+    mean count) from at least ``TOPIC_ABSENT`` of the text's ``SEGMENTS`` more than the text's frequent
+    words are at the median (the ``question``'s own chunks left out): a name one of several pasted
+    documents repeats, not a word every part uses, nor one a table or a list lacks as it lacks every
+    common word. One pass over the frequent words' entries."""
+    text = np.ones(W.shape[0], dtype=bool)
+    text[question] = False
+    rows = int(text.sum())
+    if not len(frequent) or rows < SEGMENTS:
+        return frequent[:0]
+    body = W[text]
+    common = np.setdiff1d(np.arange(W.shape[1]), rare_words(body, share=STOP_WORD_SHARE))
+    absent = _absent(body[:, common].tocsc(), rows)
+    usual = float(np.median(absent)) if len(absent) else 0.0
+    mine = dict(zip(common.tolist(), absent.tolist(), strict=True))
+    return np.array([c for c in frequent.tolist() if mine.get(c, 0) - usual >= TOPIC_ABSENT * SEGMENTS],
+                    dtype=np.int64)
+
+
+def _absent(columns: sp.csc_matrix, rows: int) -> np.ndarray:
+    """Per column, the segments (of ``SEGMENTS``) where its count is under ``NEAR_ABSENT`` of its mean."""
+    out = np.zeros(columns.shape[1], dtype=np.int64)
+    for k in range(columns.shape[1]):
+        at = columns.indices[columns.indptr[k] : columns.indptr[k + 1]]
+        counts = np.bincount(at * SEGMENTS // rows, minlength=SEGMENTS)
+        out[k] = np.count_nonzero(counts < NEAR_ABSENT * counts.mean())
+    return out
 
 
 def variants(words: Sequence[str], asked: np.ndarray, rare: np.ndarray) -> np.ndarray:

@@ -73,3 +73,35 @@ def test_compress_keeps_the_record_a_question_asks_in_other_words():
     text = " ".join(sentences(60, seed=6)) + f"\n{DECOY}\n{ANSWER}\n\n{QUESTION}"
     kept = compress(text, top_k=1, route="local").text
     assert ANSWER in kept and DECOY not in kept
+
+
+def _pasted(name_chunks: int) -> list[str]:
+    """Three documents pasted at once, the middle one about "Potter" (the name in ``name_chunks`` of
+    its chunks), then a question about it in everyday words."""
+    before, after = sentences(40, seed=7), sentences(30, seed=8)
+    middle = [f"{s} So Potter says." for s in sentences(name_chunks, seed=10)]
+    middle[name_chunks // 2] = "The first Potter book came out in 1997."
+    decoy = "Their first book came out in 2001."
+    return [*before[:20], decoy, *before[20:], *middle, *after, "When did the first Potter book come out?"]
+
+
+def test_a_name_one_pasted_document_repeats_still_counts_as_a_question_word():
+    texts = _pasted(30)  # "potter" in 30 of 101 chunks: frequent, but only in the middle document
+    W, p, words = _weights(texts)
+    column = {w: i for i, w in enumerate(words)}
+    q = query_vector(W, p, words)
+    assert q[column["potter"]] == 1.0
+    scores = lexical_scores(W, p, words)
+    answer, decoy = texts.index("The first Potter book came out in 1997."), 20
+    # Without the topic word both share "first", "book" and "out", and the shorter decoy wins.
+    assert scores[answer] > scores[decoy]
+
+
+def test_a_word_every_part_of_the_text_uses_stays_out_of_the_question():
+    texts = [f"{s} The contract applies." for s in sentences(60, seed=9)]
+    texts[31] = "Royalties are paid each quarter under the contract."
+    texts.append("When are royalties paid under the contract?")
+    W, p, words = _weights(texts)
+    column = {w: i for i, w in enumerate(words)}
+    q = query_vector(W, p, words)
+    assert q[column["contract"]] == 0.0 and q[column["royalties"]] == 1.0
