@@ -40,7 +40,8 @@ after each pause (``cost-warm``: cost mode without the gateway's cold-turn cut, 
 Errors: answers other than 200. Cost with recovery and where each missed strict entry was lost
 (first sight, a reset, the last resort): ``bench.agent_losses``. A second table gives strict evidence
 and cost on each half of the split (runs at even and odd line indices of the file; ``--half`` runs one
-alone). Writes
+alone). The least a gateway setting could cost when the steps it passed through go as sent and the
+rest cost nothing, per half and price list: ``bench.agent_floor``. Writes
 ``bench/out/agents.json`` and ``agents.png`` (cost against strict evidence; ``--publish`` also copies the
 PNG to ``bench/plots/``).
 """
@@ -67,7 +68,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench import agent_losses, agent_oracle, agent_prices
+from bench import agent_floor, agent_losses, agent_oracle, agent_prices
 from bench.conversation import FakeUpstream, ServerThread, rendered
 from bench.data import data_dir
 from bench.provenance import library_version
@@ -648,8 +649,9 @@ def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]
             notes.append(f"{r['setting']}: first error {t['first_error'][:300]}")
         if t["invalid"]:
             notes.append(f"{r['setting']}: first invalid request: {t['first_invalid']}")
+    floor = agent_floor.table(results)  # with none and a gateway setting: the least it could cost
     return "\n".join(lines + notes + ["", losses_table(results, by), "", halves_table(results), "",
-                                      prices_table(results)]), by
+                                      prices_table(results)] + (["", floor] if floor else [])), by
 
 
 def losses_table(results: list[dict[str, Any]], by: dict[str, dict[str, Any]]) -> str:
