@@ -88,13 +88,13 @@ def topic_words(W: sp.csr_matrix, frequent: np.ndarray, question: np.ndarray) ->
 
 
 def _absent(columns: sp.csc_matrix, rows: int) -> np.ndarray:
-    """Per column, the segments (of ``SEGMENTS``) where its count is under ``NEAR_ABSENT`` of its mean."""
-    out = np.zeros(columns.shape[1], dtype=np.int64)
-    for k in range(columns.shape[1]):
-        at = columns.indices[columns.indptr[k] : columns.indptr[k + 1]]
-        counts = np.bincount(at * SEGMENTS // rows, minlength=SEGMENTS)
-        out[k] = np.count_nonzero(counts < NEAR_ABSENT * counts.mean())
-    return out
+    """Per column, the segments (of ``SEGMENTS``) where its count is under ``NEAR_ABSENT`` of its mean:
+    one count of every (column, segment) pair over all the entries at once."""
+    column = np.repeat(np.arange(columns.shape[1], dtype=np.int64), np.diff(columns.indptr))
+    segment = columns.indices.astype(np.int64) * SEGMENTS // rows
+    counts = np.bincount(column * SEGMENTS + segment, minlength=columns.shape[1] * SEGMENTS)
+    counts = counts.reshape(-1, SEGMENTS)
+    return np.count_nonzero(counts < NEAR_ABSENT * counts.mean(axis=1, keepdims=True), axis=1)
 
 
 def variants(words: Sequence[str], asked: np.ndarray, rare: np.ndarray) -> np.ndarray:
