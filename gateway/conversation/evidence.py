@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mixpr.engine
+from mixpr.lexical import JOINED_CHARS
 from mixpr.tokens import count_tokens
 
 OPEN = "<earlier_context note=\"passages from earlier in this conversation, not repeated above\">"
@@ -245,6 +246,8 @@ def _runs(spans: list[tuple[int, int]], texts: list[str], starts: list[int],
 def _scores(passages: list[str], question: str) -> list[float]:
     """Each passage's idf-weighted match with the question's distinctive words."""
     asked = {w.lower() for w in _WORD.findall(question)}
+    # a compound the question writes open and the passage closed ("nontransferable"), as MixPR matches it
+    asked |= {a + b for a in asked for b in asked if a != b and len(a) + len(b) >= JOINED_CHARS}
     words = [asked & {w.lower() for w in _WORD.findall(p)} for p in passages]
     frequency = Counter(w for found in words for w in found)
     # fsum: exactly rounded, so the same in every process whatever order its hash seed gives the set

@@ -105,3 +105,26 @@ def test_a_word_every_part_of_the_text_uses_stays_out_of_the_question():
     column = {w: i for i, w in enumerate(words)}
     q = query_vector(W, p, words)
     assert q[column["contract"]] == 0.0 and q[column["royalties"]] == 1.0
+
+
+LICENSE_QUESTION = "Does the contract limit the ability of a party to transfer the Non-Transferable License?"
+LICENSE_ANSWER = "Vendor grants Reseller a nontransferable license to resell the Products."
+LICENSE_DECOY = "The license fee is paid by the party each quarter."
+
+
+def test_a_compound_the_question_writes_open_matches_the_text_s_closed_spelling():
+    texts = [*sentences(40, seed=7), LICENSE_DECOY, LICENSE_ANSWER, LICENSE_QUESTION]
+    W, p, words = _weights(texts)
+    column = {w: i for i, w in enumerate(words)}
+    assert query_vector(W, p, words)[column["nontransferable"]] == 1.0
+    scores = lexical_scores(W, p, words)
+    # Without the compound the decoy shares "license" and "party", the answer only "license".
+    assert scores[len(texts) - 2] > scores[len(texts) - 3]
+
+
+def test_only_words_of_seven_characters_or_more_are_read_as_compounds():
+    texts = [*sentences(40, seed=8), "Anyone may call.", "Into the night.", "Can any one go into it?"]
+    W, p, words = _weights(texts)
+    column = {w: i for i, w in enumerate(words)}
+    q = query_vector(W, p, words)
+    assert q[column["anyone"]] == 0.0 and q[column["into"]] == 1.0  # "into" is asked as written

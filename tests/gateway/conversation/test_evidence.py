@@ -69,3 +69,16 @@ def test_a_second_question_on_the_same_topic_keeps_the_topic_in_its_query() -> N
     template.add("who wrote the harry potter books")
     second = "when was the first harry potter book released in the uk"
     assert evidence.distinctive(second, template.shared(second)) == second
+
+
+def test_a_passage_that_writes_the_question_s_compound_closed_is_kept() -> None:
+    """"Non-Transferable License" asked, "nontransferable" written: the passage matches the question
+    (a block keeps only passages that do), though it shares no other word with it."""
+    answer = "Vendor grants Reseller a nontransferable right to resell the Products in the Territory."
+    decoys = [f"The party may transfer the license fee {n} days after notice, within the limit set."
+              for n in ("ten", "twenty", "thirty")]
+    document = "\n\n".join([filler(300, seed=1), decoys[0], filler(300, seed=2), answer,
+                            filler(300, seed=3), decoys[1], decoys[2], filler(300, seed=4)])
+    question = "Does this agreement limit a party's ability to transfer its Non-Transferable License?"
+    block, _ = evidence.evidence_job(question, [document], 150, None, present="Intro.")
+    assert answer in block
