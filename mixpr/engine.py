@@ -33,6 +33,7 @@ from mixpr import (
     lexical,
     order,
     outputs,
+    quoted,
     routing,
     selection,
     structure,
@@ -266,7 +267,20 @@ def _local(chunks: Chunks, W, words, p, kept_chunks, titled) -> np.ndarray:
     scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=relevance)
     scores = bridge.with_bridges(scores, bridge.bridge_scores(W, heads, found.under, scores, p, asked))
     scores = _order(chunks, scores, relevance, p)
+    scores = _quoted(chunks, scores, relevance, p)
     return structure.arrange(scores, chunks, np.flatnonzero(p), apart=found.firsts)
+
+
+def _quoted(chunks: Chunks, scores, relevance, p) -> np.ndarray:
+    """The chunks that quote a term the question quotes join the fusion as a list of their own
+    (``mixpr.quoted``), ranked by their relevance."""
+    rows = quoted.quoting(chunks, quoted.terms(questions.query_text(chunks, p)))
+    rows = rows[p[rows] == 0] if len(rows) else rows
+    if not len(rows):
+        return scores
+    listed = np.zeros(len(scores))
+    listed[rows] = 1.0 + relevance[rows]
+    return scores + quoted.WEIGHT * experts.fuse_ranks(listed)
 
 
 def _order(chunks: Chunks, scores, relevance, p) -> np.ndarray:

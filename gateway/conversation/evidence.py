@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import mixpr.engine
+from mixpr import quoted
 from mixpr.lexical import JOINED_CHARS
 from mixpr.tokens import count_tokens
 
@@ -182,6 +183,8 @@ def distinctive(question: str, template: frozenset[str]) -> str:
     if not template:
         return question
     kept = [w for w in _WORD.findall(question) if w.lower() not in template]
+    # the terms it quotes stay quoted: MixPR matches them where the text quotes them (``mixpr.quoted``)
+    kept += [f'"{term}"' for term in quoted.terms(question)]
     return " ".join(kept) if len(kept) >= 2 else question
 
 

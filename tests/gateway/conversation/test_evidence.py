@@ -48,16 +48,16 @@ def test_the_words_every_earlier_question_shares_are_left_out_of_the_query() -> 
     """A checklist's template ranks the same passages first for every question: the second question
     leaves out the runs of four words or more it shares with the first, and from the third on, the
     words all earlier ones share are left out (a question with under two words of its own keeps its
-    words)."""
+    words). The terms the question quotes stay quoted, so MixPR finds where the text quotes them."""
     template = evidence.Template()
     first = 'Highlight the parts related to "Governing Law". Details: which state?'
     assert evidence.distinctive(first, template.shared(first)) == first
     template.add(first)
     second = 'Highlight the parts related to "Exclusivity". Details: is there any?'
-    assert evidence.distinctive(second, template.shared(second)) == "Exclusivity Details there any"
+    assert evidence.distinctive(second, template.shared(second)) == 'Exclusivity Details there any "Exclusivity"'
     template.add(second)
     asked = 'Highlight the parts related to "Audit Rights". Details: may a party audit the books?'
-    assert evidence.distinctive(asked, template.shared(asked)) == "Audit Rights may party audit books"
+    assert evidence.distinctive(asked, template.shared(asked)) == 'Audit Rights may party audit books "Audit Rights"'
     own = "Highlight the parts related to it?"
     assert evidence.distinctive(own, template.shared(own)) == own
 
