@@ -23,6 +23,7 @@ def test_the_definition_of_a_quoted_term_is_kept_though_its_word_is_everywhere()
 
 
 def test_a_question_quoting_many_phrases_is_quoting_text_not_naming_terms() -> None:
-    assert terms('related to "Non-Transferable License" or "Parties."') == ["Non-Transferable License", "Parties"]
+    asked = 'related to "Non-Transferable License" or "Parties."'
+    assert terms(asked) == ["Non-Transferable License", "Parties"]
     assert terms(" ".join(f'"term {n}"' for n in range(5))) == []
     assert terms('a "" and "!!" mark nothing') == []
