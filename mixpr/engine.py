@@ -262,7 +262,7 @@ def _local(chunks: Chunks, W, words, p, kept_chunks, titled) -> np.ndarray:
     words also match their variants ("pointers" meets "point", ``mixpr.lexical``). A second round
     follows the best chunks' rare words to the articles whose titles name them (``mixpr.bridge``)."""
     found, heads = titled
-    asked = lexical.query_vector(W, p, words)
+    asked = lexical.query_vector(W, p, words, questions.query_text(chunks, p))
     relevance = np.asarray(W @ asked).ravel()  # lexical.lexical_scores, with the words kept for the bridge
     scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=relevance)
     scores = bridge.with_bridges(scores, bridge.bridge_scores(W, heads, found.under, scores, p, asked))
@@ -275,7 +275,7 @@ def _quoted(chunks: Chunks, scores, relevance, p) -> np.ndarray:
     """The chunks that quote a term the question quotes join the fusion as a list of their own
     (``mixpr.quoted``), ranked by their relevance."""
     rows = quoted.quoting(chunks, quoted.terms(questions.query_text(chunks, p)))
-    rows = rows[p[rows] == 0] if len(rows) else rows
+    rows = rows[p[rows] == 0]  # the question quotes its own terms
     if not len(rows):
         return scores
     listed = np.zeros(len(scores))

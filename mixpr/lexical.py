@@ -15,8 +15,9 @@ over the vocabulary. Measured on the real-document dev split (bench/README.md): 
 truncating every word of the index instead (so the graph also sees stems) did worse (0.697).
 
 Compounds: a compound is written open, hyphenated or closed ("non-transferable license" asked,
-"the nontransferable right" written), and the words split at the hyphen. Two asked words written as
-one rare word of the text (``JOINED_CHARS`` characters or more: not "into" or "anyone") count as asked.
+"the nontransferable right" written), and the words split at the hyphen. Two neighbouring words of the
+question written as one rare word of the text (``JOINED_CHARS`` characters or more: not "into" or
+"anyone") count as asked; neighbours only, so "where ... as" never asks "whereas".
 Measured (issue 45, ``python -m bench.paste_ranks``): contracts 69 -> 72 of 108 answers held at 2k,
 78 -> 80 at 4k, 85 -> 86 at 8k, pages unchanged; ``bench.real_docs`` contracts haystack 0.68 -> 0.69,
 every other cell and budget the same.
@@ -37,6 +38,7 @@ Measured (``python -m bench.paste_ranks``, issue 45): over the dev conversations
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -45,6 +47,7 @@ import scipy.sparse as sp
 from mixpr.experts import STOP_WORD_SHARE, rare_words
 
 PREFIX_CHARS = 5
+_WORDS = re.compile(r"\w\w+|\d")  # the words as ``mixpr.words`` reads them
 JOINED_CHARS = 7  # a compound at least this long: not "into", "cannot" nor "anyone"
 VARIANT_WEIGHT = 0.5  # a variant is weaker evidence than the word itself (1.0 measured 0.006 lower)
 # A frequent query word near-absent from this share of the text's tenths is a topic word (issue 45).
@@ -53,16 +56,19 @@ NEAR_ABSENT = 0.1
 TOPIC_ABSENT = 0.3
 
 
-def lexical_scores(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None = None) -> np.ndarray:
+def lexical_scores(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None = None,
+                   text: str = "") -> np.ndarray:
     """BM25 relevance of each chunk (rows of ``W``, see ``embedding.bm25``) to the query's words.
 
-    ``words``: the columns' words (``embedding.counts_and_words``); without them no variants."""
-    return np.asarray(W @ query_vector(W, p, words)).ravel()
+    ``words``: the columns' words (``embedding.counts_and_words``); without them no variants.
+    ``text``: the query's text (its chunks'), whose neighbouring words may be a compound (``joined``)."""
+    return np.asarray(W @ query_vector(W, p, words, text)).ravel()
 
 
-def query_vector(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None = None) -> np.ndarray:
-    """Weight per column: 1 for the query's rare words and topic words (``topic_words``),
-    ``VARIANT_WEIGHT`` for the rare words' variants."""
+def query_vector(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None = None,
+                 text: str = "") -> np.ndarray:
+    """Weight per column: 1 for the query's rare words, topic words (``topic_words``) and compounds
+    (``joined``), ``VARIANT_WEIGHT`` for the rare words' variants."""
     rare = rare_words(W, share=STOP_WORD_SHARE)
     question = np.flatnonzero(p)
     words_asked = np.unique(W[question].indices)
@@ -71,8 +77,8 @@ def query_vector(W: sp.csr_matrix, p: np.ndarray, words: Sequence[str] | None = 
     if words is not None and len(asked):
         query[variants(words, asked, rare)] = VARIANT_WEIGHT
     query[asked] = 1.0
-    if words is not None:
-        query[joined(words, words_asked, rare)] = 1.0
+    if words is not None and text:
+        query[joined(words, compounds(text), rare)] = 1.0
     query[topic_words(W, np.setdiff1d(words_asked, rare), question)] = 1.0
     return query
 
@@ -107,15 +113,20 @@ def _absent(columns: sp.csc_matrix, rows: int) -> np.ndarray:
     return np.count_nonzero(counts < NEAR_ABSENT * counts.mean(axis=1, keepdims=True), axis=1)
 
 
-def joined(words: Sequence[str], asked: np.ndarray, rare: np.ndarray) -> np.ndarray:
-    """The rare columns whose word is two of the asked words written as one ("non transferable" asked,
-    "nontransferable" written): a compound is spelled open, hyphenated or closed, and the question's
-    spelling need not be the text's."""
-    parts = [words[i] for i in asked.tolist()]
-    wanted = {a + b for a in parts for b in parts if a != b and len(a) + len(b) >= JOINED_CHARS}
+def compounds(text: str) -> set[str]:
+    """Each two neighbouring words of ``text`` written as one, when that is ``JOINED_CHARS`` long or
+    more ("non-transferable license": "nontransferable", "transferablelicense"): linear in the text."""
+    found = _WORDS.findall(text.lower())
+    return {a + b for a, b in zip(found, found[1:], strict=False)
+            if a != b and len(a) + len(b) >= JOINED_CHARS}
+
+
+def joined(words: Sequence[str], wanted: set[str], rare: np.ndarray) -> np.ndarray:
+    """The rare columns whose word is one of ``wanted`` (``compounds``): a compound is spelled open,
+    hyphenated or closed, and the question's spelling need not be the text's. One set lookup a word."""
     if not wanted or not len(rare):
         return np.zeros(0, dtype=np.int64)
-    return rare[np.isin(np.array([words[i] for i in rare.tolist()]), list(wanted))]
+    return rare[np.fromiter((words[i] in wanted for i in rare.tolist()), bool, len(rare))]
 
 
 def variants(words: Sequence[str], asked: np.ndarray, rare: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Any
 
 import mixpr.engine
 from mixpr import quoted
-from mixpr.lexical import JOINED_CHARS
+from mixpr.lexical import compounds
 from mixpr.tokens import count_tokens
 
 OPEN = "<earlier_context note=\"passages from earlier in this conversation, not repeated above\">"
@@ -183,9 +183,13 @@ def distinctive(question: str, template: frozenset[str]) -> str:
     if not template:
         return question
     kept = [w for w in _WORD.findall(question) if w.lower() not in template]
-    # the terms it quotes stay quoted: MixPR matches them where the text quotes them (``mixpr.quoted``)
-    kept += [f'"{term}"' for term in quoted.terms(question)]
-    return " ".join(kept) if len(kept) >= 2 else question
+    if len(kept) < 2:
+        return question
+    # the terms it quotes stay quoted, MixPR matches them where the text quotes them (``mixpr.quoted``);
+    # not a term of the template ('In the "Agreement", ...'), which would rank the same chunks each time
+    kept += [f'"{term}"' for term in quoted.terms(question)
+             if any(w.lower() not in template for w in _WORD.findall(term))]
+    return " ".join(kept)
 
 
 def units(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
@@ -248,9 +252,8 @@ def _runs(spans: list[tuple[int, int]], texts: list[str], starts: list[int],
 
 def _scores(passages: list[str], question: str) -> list[float]:
     """Each passage's idf-weighted match with the question's distinctive words."""
-    asked = {w.lower() for w in _WORD.findall(question)}
-    # a compound the question writes open and the passage closed ("nontransferable"), as MixPR matches it
-    asked |= {a + b for a in asked for b in asked if a != b and len(a) + len(b) >= JOINED_CHARS}
+    # and a compound the question writes open and the passage closed ("nontransferable"), as MixPR does
+    asked = {w.lower() for w in _WORD.findall(question)} | compounds(question)
     words = [asked & {w.lower() for w in _WORD.findall(p)} for p in passages]
     frequency = Counter(w for found in words for w in found)
     # fsum: exactly rounded, so the same in every process whatever order its hash seed gives the set

@@ -2,7 +2,7 @@ import numpy as np
 
 from mixpr import compress
 from mixpr.embedding import bm25, count_matrix, counts_and_words
-from mixpr.lexical import PREFIX_CHARS, VARIANT_WEIGHT, lexical_scores, query_vector
+from mixpr.lexical import PREFIX_CHARS, VARIANT_WEIGHT, compounds, lexical_scores, query_vector
 
 from .filler import sentences
 
@@ -116,15 +116,20 @@ def test_a_compound_the_question_writes_open_matches_the_text_s_closed_spelling(
     texts = [*sentences(40, seed=7), LICENSE_DECOY, LICENSE_ANSWER, LICENSE_QUESTION]
     W, p, words = _weights(texts)
     column = {w: i for i, w in enumerate(words)}
-    assert query_vector(W, p, words)[column["nontransferable"]] == 1.0
-    scores = lexical_scores(W, p, words)
+    assert query_vector(W, p, words, LICENSE_QUESTION)[column["nontransferable"]] == 1.0
+    scores = lexical_scores(W, p, words, LICENSE_QUESTION)
     # Without the compound the decoy shares "license" and "party", the answer only "license".
     assert scores[len(texts) - 2] > scores[len(texts) - 3]
 
 
-def test_only_words_of_seven_characters_or_more_are_read_as_compounds():
-    texts = [*sentences(40, seed=8), "Anyone may call.", "Into the night.", "Can any one go into it?"]
+def test_only_neighbouring_words_of_seven_characters_or_more_are_read_as_compounds():
+    question = "Can any one go into it, and can it be ended for cause?"
+    texts = [*sentences(40, seed=8), "Anyone may call.", "Into the night.", "It failed because of rain.",
+             question]
     W, p, words = _weights(texts)
     column = {w: i for i, w in enumerate(words)}
-    q = query_vector(W, p, words)
-    assert q[column["anyone"]] == 0.0 and q[column["into"]] == 1.0  # "into" is asked as written
+    q = query_vector(W, p, words, question)
+    assert q[column["anyone"]] == 0.0  # six characters: "any one" stays two words
+    assert q[column["because"]] == 0.0  # "be" and "cause" are not neighbours
+    assert q[column["into"]] == 1.0  # asked as written
+    assert compounds("non-transferable license") == {"nontransferable", "transferablelicense"}
