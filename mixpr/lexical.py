@@ -19,8 +19,8 @@ Compounds: a compound is written open, hyphenated or closed ("non-transferable l
 question written as one rare word of the text (``JOINED_CHARS`` characters or more: not "into" or
 "anyone") count as asked; neighbours only, so "where ... as" never asks "whereas".
 Measured (issue 45, ``python -m bench.paste_ranks``): contracts 69 -> 72 of 108 answers held at 2k,
-78 -> 80 at 4k, 85 -> 86 at 8k, pages unchanged; ``bench.real_docs`` contracts haystack 0.68 -> 0.69,
-every other cell and budget the same.
+78 -> 81 at 4k, 85 -> 86 at 8k, pages unchanged (with ``mixpr.quoted`` too: 76, 87, 91, 93 at 2k to
+16k; ``bench.real_docs`` contracts single 0.65 -> 0.69 at 1k, haystack 0.68 -> 0.73, no question lost).
 
 Topic words: several documents pasted at once are one text, and the largest one's name ("harry
 potter" in a 37k-token article among five pages of 64k) is in more than ``STOP_WORD_SHARE`` of its

@@ -6,7 +6,10 @@ term's words alone are often in most of the text ("parties" in every clause of a
 lexical expert drops them as stop words, and the definition shares no other word with the question.
 The chunks that quote a term the question quotes join the local expert's fusion as a list of their
 own (at ``WEIGHT``, as ``mixpr.order``'s), as a search engine matches a quoted phrase exactly. One
-pass of one pattern over the text.
+pass of one pattern a term over the text. Measured (issue 45) with ``mixpr.lexical``'s compounds: over
+the dev conversations' whole pastes (``python -m bench.paste_ranks``) contracts hold 76, 87, 91, 93 of
+108 answers at 2k, 4k, 8k, 16k (72, 81, 86, 88 with compounds alone); ``bench.real_docs`` contracts
+single 0.65 -> 0.69 at 1k and haystack 0.68 -> 0.73, every other cell the same, no question lost.
 """
 
 from __future__ import annotations
