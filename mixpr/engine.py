@@ -262,19 +262,20 @@ def _local(chunks: Chunks, W, words, p, kept_chunks, titled) -> np.ndarray:
     words also match their variants ("pointers" meets "point", ``mixpr.lexical``). A second round
     follows the best chunks' rare words to the articles whose titles name them (``mixpr.bridge``)."""
     found, heads = titled
-    asked = lexical.query_vector(W, p, words, questions.query_text(chunks, p))
+    asked_text = questions.query_text(chunks, p)  # read once: the lexical, quoted and order lists use it
+    asked = lexical.query_vector(W, p, words, asked_text)
     relevance = np.asarray(W @ asked).ravel()  # lexical.lexical_scores, with the words kept for the bridge
     scores = experts.local_scores(unit_rows(W), p, kept_chunks=kept_chunks, lexical=relevance)
     scores = bridge.with_bridges(scores, bridge.bridge_scores(W, heads, found.under, scores, p, asked))
-    scores = _order(chunks, scores, relevance, p)
-    scores = _quoted(chunks, scores, relevance, p)
+    scores = _order(asked_text, scores, relevance, p)
+    scores = _quoted(chunks, asked_text, scores, relevance, p)
     return structure.arrange(scores, chunks, np.flatnonzero(p), apart=found.firsts)
 
 
-def _quoted(chunks: Chunks, scores, relevance, p) -> np.ndarray:
-    """The chunks that quote a term the question quotes join the fusion as a list of their own
-    (``mixpr.quoted``), ranked by their relevance."""
-    rows = quoted.quoting(chunks, quoted.terms(questions.query_text(chunks, p)))
+def _quoted(chunks: Chunks, asked_text: str, scores, relevance, p) -> np.ndarray:
+    """The chunks that quote a term the question (``asked_text``) quotes join the fusion as a list of
+    their own (``mixpr.quoted``), ranked by their relevance."""
+    rows = quoted.quoting(chunks, quoted.terms(asked_text))
     rows = rows[p[rows] == 0]  # the question quotes its own terms
     if not len(rows):
         return scores
@@ -283,9 +284,9 @@ def _quoted(chunks: Chunks, scores, relevance, p) -> np.ndarray:
     return scores + quoted.WEIGHT * experts.fuse_ranks(listed)
 
 
-def _order(chunks: Chunks, scores, relevance, p) -> np.ndarray:
+def _order(asked_text: str, scores, relevance, p) -> np.ndarray:
     """A question about order ("the second topic we discussed") also ranks its matches by position."""
-    where = order.direction(questions.query_text(chunks, p))
+    where = order.direction(asked_text)
     if not where:
         return scores
     asked = np.where(p > 0, 0.0, relevance)  # the question matches itself best
