@@ -111,11 +111,13 @@ def protocol() -> list[Conversation]:
     return out
 
 
-def real_size(minimum: int = REAL_MIN, count: int | None = None, label: str = "") -> list[Conversation]:
+def real_size(minimum: int = REAL_MIN, count: int | None = None, label: str = "",
+              seed: int | None = None) -> list[Conversation]:
     """Issue 45's protocol: eight document conversations of 64k-150k tokens (four of contracts, four of
     pages), every answerable question of their documents round robin, 12 turns, seed 7. ``minimum``
-    and ``count`` (per kind) for ``large``: the seed then follows the minimum."""
-    rng = random.Random(SEED if minimum == REAL_MIN else minimum)
+    and ``count`` (per kind) for ``large``: the seed then follows the minimum. ``seed``: another draw
+    of the same protocol (``--conversations real@8``), more dev conversations to check a change on."""
+    rng = random.Random(seed if seed is not None else SEED if minimum == REAL_MIN else minimum)
     encoding = encoding_for(None)
     out = []
     for kind, name, default in REAL:
@@ -488,7 +490,7 @@ def sweep(evidences: list[float], modes: list[str]) -> None:
 
 
 def conversations_named(names: str) -> list[Conversation]:
-    """``real`` (issue 45's eight real-size ones), ``large`` (four of 120k-150k), ``documents`` (issue
+    """``real`` (issue 45's eight real-size ones), ``real@N`` (eight more, drawn with seed N), ``large`` (four of 120k-150k), ``documents`` (issue
     39's five), ``chats`` (the LoCoMo five), ``contracts`` and ``locomo`` (the old single
     conversations), or single ones by name (``contracts-1``, ``locomo-3``)."""
     out: list[Conversation] = []
@@ -499,6 +501,9 @@ def conversations_named(names: str) -> list[Conversation]:
             out += real_size()
         elif name == "large":
             out += real_size(LARGE_MIN, LARGE_COUNT, "large")
+        elif name.startswith("real@"):
+            seed = int(name.removeprefix("real@"))
+            out += real_size(label=f"s{seed}-", seed=seed)
         elif name == "chats":
             out += chats()
         elif name == "contracts":
@@ -517,7 +522,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="room left after a reset: reset_fill = 1 - this")
     parser.add_argument("--evidence", type=float, default=None, help="prefix.evidence (default: the default)")
     parser.add_argument("--conversations", default="real,documents,chats",
-                        help="real, large, documents, chats, contracts, locomo, or names such as "
+                        help="real, real@SEED, large, documents, chats, contracts, locomo, or names such as "
                              "contracts-1")
     parser.add_argument("--modes", default="cost,window")
     parser.add_argument("--policies", default=",".join(POLICIES))

@@ -28,3 +28,16 @@ def test_a_missed_answer_resends_the_part_that_held_it() -> None:
 def test_a_string_across_parts_resends_each_part_once() -> None:
     across = "fees are due in 30 days.\nSchedule A lists the territory: Norway and Iceland."
     assert conversation.holders([across, "perpetual"], PARTS) == [0, 1]
+
+
+def test_another_seed_draws_other_real_size_conversations_of_the_same_protocol() -> None:
+    if not (conversation.data_dir() / "real" / "legal_contract_qa.dev.jsonl").is_file():
+        pytest.skip("the dev split (../shared/data/real) is not beside this clone")
+    seven, eight = conversation.real_size(), conversation.conversations_named("real@8")
+    assert [c.name.split("-")[1] for c in eight] == ["s8"] * 8
+    assert len({c.name.split("-")[0] for c in eight}) == 2  # contracts and pages, four of each
+    for conv in eight:
+        pasted = conv.requests[0][-1]["content"]
+        assert 64_000 <= len(conversation.encoding_for(None).encode_ordinary(pasted)) <= 151_000
+        assert len(conv.requests) == conversation.PROTOCOL_TURNS
+    assert [c.requests[0][-1]["content"] for c in seven] != [c.requests[0][-1]["content"] for c in eight]
