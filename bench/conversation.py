@@ -490,9 +490,10 @@ def sweep(evidences: list[float], modes: list[str]) -> None:
 
 
 def conversations_named(names: str) -> list[Conversation]:
-    """``real`` (issue 45's eight real-size ones), ``real@N`` (eight more, drawn with seed N), ``large`` (four of 120k-150k), ``documents`` (issue
-    39's five), ``chats`` (the LoCoMo five), ``contracts`` and ``locomo`` (the old single
-    conversations), or single ones by name (``contracts-1``, ``locomo-3``)."""
+    """``real`` (issue 45's eight real-size ones), ``real@N`` (eight more, drawn with seed N),
+    ``large`` (four of 120k-150k), ``documents`` (issue 39's five), ``chats`` (the LoCoMo five),
+    ``contracts`` and ``locomo`` (the old single conversations), or single ones by name
+    (``contracts-1``, ``locomo-3``)."""
     out: list[Conversation] = []
     for name in names.split(","):
         if name == "documents":
