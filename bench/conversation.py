@@ -394,21 +394,24 @@ def totals(result: dict | list[dict], half: int | None = None) -> dict[str, floa
 
 def group(name: str) -> str:
     """The set a conversation belongs to: ``contracts-1`` -> documents, ``contracts-0-81k`` ->
-    real-size contracts, ``locomo-3`` -> chats."""
+    real-size contracts, ``contracts-s8-0-67k`` (``real@8``) -> reseeded contracts, ``locomo-3`` ->
+    chats."""
     if name.startswith("locomo"):
         return "chats"
     parts = name.split("-")
+    if len(parts) == 4 and re.fullmatch(r"s\d+", parts[1]):
+        return f"reseeded {parts[0]}"
     if len(parts) != 3:
         return "documents"
     return f"large {parts[0]}" if parts[1].startswith("large") else f"real-size {parts[0]}"
 
 
 def groups(name: str) -> list[str]:
-    """Every set a conversation is summed in: its kind, and all real-size (or large) documents
-    together."""
+    """Every set a conversation is summed in: its kind, and all real-size (large, reseeded)
+    documents together."""
     kind = group(name)
     size = kind.split(" ")[0]
-    return [kind, f"{size} documents"] if size in ("real-size", "large") else [kind]
+    return [kind, f"{size} documents"] if size in ("real-size", "large", "reseeded") else [kind]
 
 
 def table(results: list[dict]) -> str:

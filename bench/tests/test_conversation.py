@@ -41,3 +41,11 @@ def test_another_seed_draws_other_real_size_conversations_of_the_same_protocol()
         assert 64_000 <= len(conversation.encoding_for(None).encode_ordinary(pasted)) <= 151_000
         assert len(conv.requests) == conversation.PROTOCOL_TURNS
     assert [c.requests[0][-1]["content"] for c in seven] != [c.requests[0][-1]["content"] for c in eight]
+
+
+def test_reseeded_conversations_are_summed_apart_from_issue_39_s_five() -> None:
+    assert conversation.groups("contracts-s8-0-67k") == ["reseeded contracts", "reseeded documents"]
+    assert conversation.groups("pages-s10-2-102k") == ["reseeded pages", "reseeded documents"]
+    assert conversation.groups("contracts-1") == ["documents"]
+    assert conversation.groups("pages-large1-131k") == ["large pages", "large documents"]
+    assert conversation.groups("contracts-0-108k") == ["real-size contracts", "real-size documents"]
