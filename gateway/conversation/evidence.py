@@ -31,6 +31,7 @@ KEEP_SHARE = 0.1
 # With first-sight forms to leave out, MixPR is asked for this many times the cap: the passages they
 # already hold are dropped and the best of the rest fill it.
 WIDEN = 1.25
+SENT_WORDS = 4  # a unit shorter than this is not known as sent by being found in what was sent
 _WORD = re.compile(r"[^\W_]{3,}")
 # Where a kept span is split into the units compared with what was sent before: line ends, and
 # sentence ends in a long line (a page flattened to one line, a contract clause).
@@ -114,13 +115,21 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
     # Unit by unit, whatever span MixPR returned (a budget over the text returns it as one span),
     # before touching units are joined into passages.
     spans = [unit for span in result.spans for unit in units(joined, span)
-             if not present or joined[unit[0]:unit[1]].strip() not in present]
+             if not _sent(joined[unit[0]:unit[1]].strip(), present)]
     found = [p for p in _passages(spans, texts, starts, joined) if p not in present]
     passages = _best(found, _scores(found, question), cap, model)
     if not passages:
         return "", 0
     block = f"{OPEN}\n{GAP.join(passages)}\n{CLOSE}"
     return block, count_tokens(block, model)
+
+
+def _sent(unit: str, present: str) -> bool:
+    """Whether ``present`` holds ``unit``: only a unit of ``SENT_WORDS`` words or more says so. A
+    redaction mark ("[***].") or a "Yes." is in many places, so finding it says nothing about this
+    passage, and dropping it cut the clause it ends short (the passage-level check in
+    ``evidence_job`` still drops one that stands alone)."""
+    return bool(present) and len(_WORD.findall(unit)) >= SENT_WORDS and unit in present
 
 
 def wanted(room: int, document: int, share: float, document_share: float) -> float:

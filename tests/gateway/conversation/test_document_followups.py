@@ -190,7 +190,7 @@ def _sentences(text: str) -> set[str]:
 
 # Asked again after a reset, and (with another question, which makes its block larger) at one.
 AFTER = (*QUESTIONS, QUESTIONS[2])
-AT = (*QUESTIONS[:6], QUESTIONS[2] + " And what happens when continue runs in a finally clause?")
+AT = (*QUESTIONS[:4], QUESTIONS[2] + " And what happens when continue runs in a finally clause?")
 
 
 @pytest.mark.parametrize(("questions", "share"), [(AFTER, 0.6), (AT, 0.4)], ids=["after", "at"])

@@ -84,3 +84,14 @@ def test_a_passage_that_writes_the_question_s_compound_closed_is_kept() -> None:
     question = "Does this agreement limit a party's ability to transfer its Non-Transferable License?"
     block, _ = evidence.evidence_job(question, [document], 150, None, present="Intro.")
     assert answer in block
+
+
+def test_a_clause_s_short_last_sentence_stays_with_it_though_the_form_has_those_words_elsewhere() -> None:
+    """A redaction mark ("[***].") or a "Yes." ends many passages: that the form holds those few
+    characters somewhere says nothing about this clause, so the clause arrives whole, not cut short
+    by the mark it ends with."""
+    clause = f"{CLAUSE} [***]."
+    document = "\n\n".join([filler(300, seed=1), clause, filler(300, seed=2)])
+    form = f"Intro. The fee is [***]. {filler(40, seed=3)}"
+    block, _ = evidence.evidence_job(QUESTION, [document], 200, None, present=form)
+    assert clause in block
