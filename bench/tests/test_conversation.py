@@ -49,3 +49,19 @@ def test_reseeded_conversations_are_summed_apart_from_issue_39_s_five() -> None:
     assert conversation.groups("contracts-1") == ["documents"]
     assert conversation.groups("pages-large1-131k") == ["large pages", "large documents"]
     assert conversation.groups("contracts-0-108k") == ["real-size contracts", "real-size documents"]
+
+
+def test_a_mode_with_a_budget_cuts_each_request_to_it_and_an_unknown_mode_is_named() -> None:
+    from pydoc_data.topics import topics  # every Python ships the reference's topics: real prose
+
+    document = "\n\n".join(topics[name] for name in sorted(topics))[:160_000]  # ~40k tokens
+    questions = ("What does the with statement do?", "What does a for loop's else clause do?",
+                 "When is __del__ called?")
+    asked = [(q, "It depends.") for q in questions]
+    conv = conversation._with_questions("pydoc", [], asked, [["with"]] * len(asked), document)
+    results = conversation.run([conv], ["window", "window@4k"], None, None, policies=("none", "today"))
+    sent = {r["mode"]: [t["tokens"] for t in r["turns"]] for r in results if r["policy"] == "today"}
+    assert all(tokens <= 4_000 * 1.1 for tokens in sent["window@4k"])  # cut to the budget, tags aside
+    assert all(tokens > 20_000 for tokens in sent["window"])  # the window's own budget: what it leaves
+    with pytest.raises(ValueError, match="window@8k"):
+        conversation.mode_settings("window@8kb")
