@@ -553,14 +553,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="conversation", help="name of the JSON and PNG under bench/out/")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
     args = parser.parse_args(argv)
-    if args.sweep:
-        sweep([0.05, 0.1, 0.2, 0.4], args.modes.split(","))
-        return
     for mode in args.modes.split(","):
         try:
             mode_settings(mode)
         except ValueError as exc:
             parser.error(str(exc))
+    if args.sweep:
+        sweep([0.05, 0.1, 0.2, 0.4], args.modes.split(","))
+        return
     conversations = conversations_named(args.conversations)
     started = time.perf_counter()
     overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
