@@ -111,6 +111,14 @@ class Metrics:
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",
                                          ["model", "escalated_to"], registry=r)
+        # Long-context price tiers (gateway.core.tiers): requests by the tier they were billed at, and
+        # what keeping requests under a tier's line saved, in input tokens' worth at the base price.
+        self.price_tier_requests = Counter("mixpr_price_tier_requests", "Chat requests to models with a "
+                                           "long-context price tier, by the tier they were billed at",
+                                           ["model", "tier"], registry=r)
+        self.price_tier_saved = Counter("mixpr_price_tier_saved", "What keeping requests under a price "
+                                        "tier's line saved, in input tokens' worth at the base price",
+                                        ["model"], registry=r)
         # Observe mode (gateway.core.shadow): what compressing would have sent, next to what was sent.
         self.shadow_requests = Counter("mixpr_shadow_requests", "Observe-mode requests by result: unchanged "
                                        "(compressing would send them as they are, known up front), computed "

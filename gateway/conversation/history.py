@@ -142,7 +142,9 @@ class History:
     def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
         space = room(request.target, request.settings, request.control)
         plan = self._plan(request, space.cap, bridge.loop)
-        plan.cost_mode = space.after is not None
+        # Under a price line, a pasted document's form is its question's cut at the cap too: the line
+        # is far above what a window's room keeps, and the document is cut only as far as it must be.
+        plan.cost_mode = space.after is not None or (space.line is not None and plan.over_document)
         if plan.over_document:  # later questions bring their own evidence: a reset keeps less
             space = replace(space, fill=request.settings.prefix.document_fill)
         reach = resets.Reach(request.messages)
