@@ -6,6 +6,7 @@ In-process gateway (uvicorn in a thread) in front of the tests' recording upstre
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pydoc_data.topics import topics
 from typing import Any
@@ -152,3 +153,43 @@ def test_the_configs_tier_prices_override_litellms_map() -> None:
 def test_a_line_at_or_past_the_window_is_no_line() -> None:
     assert prices_for("openai/gpt-5.5").line(272_000) is None
     assert prices_for("openai/gpt-4o").tiers == ()
+
+
+def test_observe_mode_sends_it_whole_and_counts_what_keeping_under_the_line_would_save() -> None:
+    """Observe mode: the request past the line goes as sent (and its header says it is billed above
+    the line); the would-have figures price the client's bytes at the tier's 5x and the cut under the
+    line at the base price."""
+    from conftest import model
+
+    from gateway.compress.compressor import Compressor
+    from gateway.core.prepare import ChatCall, Preparer
+    from gateway.metrics import Metrics
+    from gateway.run.workers import Workers
+
+    entry = model("m", "openai/observed", "http://127.0.0.1:9",
+                  model_info={"max_input_tokens": WINDOW, **TIER},
+                  mixpr={"mode": "observe", "router": "heuristic"})
+    config = parse_config({"model_list": [entry], "mixpr_settings": {"token_margin": 0},
+                           "general_settings": {"shadow_share": 1}})
+
+    async def main() -> tuple[Any, float, float]:
+        compressor = Compressor(Workers(workers=1, executor="thread", timeout_s=120), route_cache_size=16)
+        await compressor.start(with_router=False)
+        preparer = Preparer(config, compressor, Metrics())
+        try:
+            outcome = await preparer.prepare(ChatCall("m", _over_the_line()))
+            for _ in range(6000):
+                if preparer.shadow.held == 0:
+                    break
+                await asyncio.sleep(0.01)
+            cost = preparer.metrics.shadow_cost
+            return (outcome, cost.labels("m", "original", "litellm")._value.get(),
+                    cost.labels("m", "would_send", "litellm")._value.get())
+        finally:
+            await preparer.aclose()
+            compressor.close()
+
+    outcome, original, would_send = asyncio.run(main())
+    assert outcome.messages == _over_the_line() and outcome.tier == "billed=above-40k"
+    assert original == pytest.approx(5 * BASE * outcome.original_tokens)
+    assert BASE * (LINE - 3 * MARGIN) < would_send <= BASE * LINE
