@@ -101,8 +101,9 @@ def threshold(target: Target, settings: MixprSettings, control: Control) -> int 
         asked = control.budget_tokens or settings.budget_tokens
         # auto: whatever exceeds what auto would keep (the window's room, at most the cap)
         return min(target.limit, settings.max_budget_tokens) if asked == AUTO else asked
-    if settings.compress_above_tokens is not None:
-        return min(settings.compress_above_tokens, target.ceiling)
+    if settings.compress_above_tokens is not None:  # under a price line too, when there is one
+        return settings.compress_above_tokens if target.line is None else min(settings.compress_above_tokens,
+                                                                              target.ceiling)
     return target.ceiling
 
 

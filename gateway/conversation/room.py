@@ -37,27 +37,36 @@ class Room:
     prices: Prices | None = None  # the model's: what a reset is worth
     gated: bool = False  # cost mode: a reset past ``at`` is made only when it pays
     horizon: float = 1.0  # the turns a conversation can expect: this times the turns it has had
-    line: int | None = None  # a price line (counted tokens): past it every token is billed at its tier
-    scale: float = 1.0  # the model's tokens per counted token (``Target.scale``): tiers are in the former
+    line: int | None = None  # a price line (the model's tokens): past it every token is billed at its tier
+    scale: float = 1.0  # the model's tokens per counted token (``Target.scale``)
 
     def worth(self, turns: int, before: int, after: int) -> float:
         """What a reset that brings ``before`` prompt tokens to ``after``, after ``turns`` turns, is
         expected to save, in input tokens' worth: each later turn reads ``after`` where it would have
         read ``before``, but the next request writes ``after`` to the cache where it would have read
         ``before``. The conversation is expected to go on for ``horizon`` times the turns it has had
-        (the longer it has run, the longer it tends to run); past a price line, at least as many turns
-        as it has had, and ``before`` is read at the tier's price (``gateway.prices``)."""
-        read, _ = self.ratios(before)
+        (the longer it has run, the longer it tends to run). Under a price line, ``before`` past the
+        room is read at the tier's price (its margin is the tokenizer's error: the provider may count
+        it past the line), and the conversation is expected to go on at least as long as it has."""
+        read, written = self.ratios(before)
         read_after, write = self.ratios(after)
-        above = self.line is not None and before > self.line
+        above = self.line is not None and before > self.at
         later = max(self.horizon, 1.0) * turns if above else self.horizon * turns
-        return later * (read * before - read_after * after) - (write * after - read * before)
+        # Past a line, each turn's new tokens (about the average turn: ``before`` over the turns) are
+        # written at the tier's price too, this one's included: staying above costs more than its reads.
+        fresh = min(before, before // max(turns, 1)) if above else 0
+        stay = read * (before - fresh) + written * fresh
+        saved_later = read * before - read_after * after + (written - write) * fresh
+        return later * saved_later - (write * after - stay)
 
     def ratios(self, tokens: int = 0) -> tuple[float, float]:
         """The cache-read and cache-write prices of a prompt of ``tokens`` (counted) over the input
-        price below any tier (a model priced 0, as some entries are, is weighed at the defaults')."""
+        price below any tier (a model priced 0, as some entries are, is weighed at the defaults');
+        under a price line, past the room at the tier's prices."""
         prices = self.prices if self.prices is not None and self.prices.input > 0 else DEFAULT_PRICES
-        billed = prices.at(math.ceil(tokens * self.scale)) if self.line is not None else prices
+        billed = prices
+        if self.line is not None and tokens > self.at:
+            billed = prices.at(max(self.line + 1, math.ceil(tokens * self.scale)))
         return billed.cache_read / prices.input, billed.cache_write / prices.input
 
     def pays(self, turns: int, before: int, after: int) -> bool:
@@ -116,7 +125,7 @@ def _tiered(target: Target, settings: MixprSettings, top: int, asked: int | str,
     assert target.line is not None  # _under_line
     return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE), target.counted(target.limit),
                 _prices(target), gated=True, horizon=settings.prefix.reset_horizon,
-                line=target.counted(target.line), scale=target.scale)
+                line=target.line, scale=target.scale)
 
 
 def _prices(target: Target) -> Prices:
