@@ -48,16 +48,11 @@ class Room:
         (the longer it has run, the longer it tends to run). Under a price line, ``before`` past the
         room is read at the tier's price (its margin is the tokenizer's error: the provider may count
         it past the line), and the conversation is expected to go on at least as long as it has."""
-        read, written = self.ratios(before)
+        read, _ = self.ratios(before)
         read_after, write = self.ratios(after)
         above = self.line is not None and before > self.at
         later = max(self.horizon, 1.0) * turns if above else self.horizon * turns
-        # Past a line, each turn's new tokens (about the average turn: ``before`` over the turns) are
-        # written at the tier's price too, this one's included: staying above costs more than its reads.
-        fresh = min(before, before // max(turns, 1)) if above else 0
-        stay = read * (before - fresh) + written * fresh
-        saved_later = read * before - read_after * after + (written - write) * fresh
-        return later * saved_later - (write * after - stay)
+        return later * (read * before - read_after * after) - (write * after - read * before)
 
     def ratios(self, tokens: int = 0) -> tuple[float, float]:
         """The cache-read and cache-write prices of a prompt of ``tokens`` (counted) over the input
