@@ -39,6 +39,7 @@ class Room:
     horizon: float = 1.0  # the turns a conversation can expect: this times the turns it has had
     line: int | None = None  # a price line (the model's tokens): past it every token is billed at its tier
     scale: float = 1.0  # the model's tokens per counted token (``Target.scale``)
+    line_at: int = 0  # the total (counted) past which a prompt is taken as billed at the line's tier
 
     def worth(self, turns: int, before: int, after: int) -> float:
         """What a reset that brings ``before`` prompt tokens to ``after``, after ``turns`` turns, is
@@ -46,11 +47,11 @@ class Room:
         read ``before``, but the next request writes ``after`` to the cache where it would have read
         ``before``. The conversation is expected to go on for ``horizon`` times the turns it has had
         (the longer it has run, the longer it tends to run). Under a price line, ``before`` past the
-        room is read at the tier's price (its margin is the tokenizer's error: the provider may count
-        it past the line), and the conversation is expected to go on at least as long as it has."""
+        room under it is read at the tier's price (its margin is the tokenizer's error: the provider may
+        count it past the line), and the conversation is expected to go on at least as long as it has."""
         read, _ = self.ratios(before)
         read_after, write = self.ratios(after)
-        above = self.line is not None and before > self.at
+        above = self.line is not None and before > self.line_at
         later = max(self.horizon, 1.0) * turns if above else self.horizon * turns
         return later * (read * before - read_after * after) - (write * after - read * before)
 
@@ -60,7 +61,7 @@ class Room:
         under a price line, past the room at the tier's prices."""
         prices = self.prices if self.prices is not None and self.prices.input > 0 else DEFAULT_PRICES
         billed = prices
-        if self.line is not None and tokens > self.at:
+        if self.line is not None and tokens > self.line_at:
             billed = prices.at(max(self.line + 1, math.ceil(tokens * self.scale)))
         return billed.cache_read / prices.input, billed.cache_write / prices.input
 
@@ -96,8 +97,10 @@ def room(target: Target, settings: MixprSettings, control: Control) -> Room:
         if control.enabled is True or settings.compress_above_tokens is None:
             return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE), target.counted(top),
                         prices)
+        # A trigger under a price line: the gate weighs a total past the line at the tier's prices.
         return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE),
-                    target.counted(target.limit), prices, gated=True, horizon=settings.prefix.reset_horizon)
+                    target.counted(target.limit), prices, gated=True, horizon=settings.prefix.reset_horizon,
+                    line=target.line, scale=target.scale, line_at=target.counted(target.ceiling))
     limit = target.counted(top)
     return Room(limit, None, fill, max(1, target.counted(int(top * fill)) // CAP_SHARE), limit,
                 _prices(target))
@@ -120,7 +123,7 @@ def _tiered(target: Target, settings: MixprSettings, top: int, asked: int | str,
     assert target.line is not None  # _under_line
     return Room(target.counted(top), after, fill, max(1, cap // CAP_SHARE), target.counted(target.limit),
                 _prices(target), gated=True, horizon=settings.prefix.reset_horizon,
-                line=target.line, scale=target.scale)
+                line=target.line, scale=target.scale, line_at=target.counted(top))
 
 
 def _prices(target: Target) -> Prices:
