@@ -37,6 +37,8 @@ from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
 from gateway.run.gate import Gate
 from gateway.run.workers import Workers
+from gateway.stats.opening import Stats, open_stats
+from gateway.ui import routes as ui_routes
 from gateway.upstream import patches, redaction
 
 log = logging.getLogger("gateway.app")
@@ -54,6 +56,7 @@ class GatewayState:
         self.loopback_only = exposure.is_loopback(host)  # then Host must name loopback too
         self.metrics = Metrics()
         self.chat: ChatService | None = None
+        self.stats: Stats | None = None  # the operator's page's store (gateway.stats), open while serving
         self.managed: dict[str, Any] = {}  # model_name -> its ManagedServer
         self.body_bytes = Gate(config.general_settings.max_inflight_body_bytes)
         self.started = False
@@ -80,6 +83,9 @@ class GatewayState:
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,
                                 max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
+        self.stats = open_stats(redis_url=general.form_cache_url, path=general.stats_path,
+                                retention_days=general.stats_retention_days, ring=general.stats_recent)
+        self.metrics.stats = self.stats.recorder.add
         self.metrics.workers_live.set_function(workers.live)  # read at each scrape
         defaults = self.config.mixpr_settings
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
@@ -100,6 +106,8 @@ class GatewayState:
             await self._stop_managed()
             await self.chat.aclose()
             compressor.close()
+            self.metrics.stats = None
+            await asyncio.to_thread(self.stats.close)  # what is queued is written before exit
 
     def _managed_servers(self) -> dict[str, Any]:
         """One ``ManagedServer`` per model with a ``managed_server`` block; bad settings fail start-up."""
@@ -168,6 +176,7 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     app.include_router(anthropic_messages.router)
     app.include_router(guardrail_api.router)
     app.include_router(compress_api.router)
+    app.include_router(ui_routes.router)
     app.include_router(router)
     _register_error_handlers(app)
     # The last added runs first: metrics see every response, the 500s of unexpected errors included.
