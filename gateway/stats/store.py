@@ -81,6 +81,8 @@ class SqliteStore:
                            [(a, m, n, v) for (a, m, n), v in batch.hours.items()])
             db.executemany("INSERT INTO ring (row) VALUES (?)",
                            [(json.dumps(r.as_dict()),) for r in batch.rows])
+            # The ring at its bound on every write (a range of its key); old buckets once a minute.
+            db.execute("DELETE FROM ring WHERE id <= (SELECT MAX(id) FROM ring) - ?", (self.ring,))
             self._prune(db)
 
     def _prune(self, db: sqlite3.Connection) -> None:
@@ -90,7 +92,6 @@ class SqliteStore:
         self.pruned = now
         db.execute("DELETE FROM minutes WHERE at < ?", (bucket(now - MINUTES_KEPT_S, MINUTE),))
         db.execute("DELETE FROM hours WHERE at < ?", (bucket(now - self.retention_s, HOUR),))
-        db.execute("DELETE FROM ring WHERE id <= (SELECT MAX(id) FROM ring) - ?", (self.ring,))
 
     def totals(self) -> Totals:
         return _summed(self._reader().execute("SELECT model, name, value FROM totals"))
