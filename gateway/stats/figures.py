@@ -33,6 +33,7 @@ def read(store: Store, window: str, *, now: float | None = None, recent: int = R
         "totals": figures(_all_models(sums)),
         "models": {model: figures(names) for model, names in sorted(sums.items())},
         "hours": hours(store.hours(chart_start), bucket(chart_start, HOUR)),
+        "chart": {"from": bucket(chart_start, HOUR), "to": bucket(now, HOUR)},  # the chart's hours
         "recent": rows,
     }
 

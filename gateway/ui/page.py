@@ -89,19 +89,19 @@ def models_table(models: dict[str, dict[str, Any]]) -> str:
     return f'<section><h2>Per model</h2><table class="models"><tr>{head}</tr>{rows}</table></section>'
 
 
-def chart(hours: list[dict[str, Any]], width: int = 900, height: int = 220) -> str:
-    """Prompt tokens removed per hour, stacked by model, as inline SVG (no script, no library)."""
+def chart(hours: list[dict[str, Any]], span: dict[str, int], width: int = 900, height: int = 220) -> str:
+    """Prompt tokens removed per hour, stacked by model, as inline SVG (no script, no library); an
+    hour without traffic keeps its place, so the bars' spacing is time."""
     if not hours:
         return '<section><h2>Per hour</h2><p class="empty">No requests in this window yet.</p></section>'
-    slots = sorted({h["hour"] for h in hours})
+    slots = list(range(span["from"], span["to"] + 1, 3600))
     models = sorted({h["model"] for h in hours})
     color = {m: COLORS[i % len(COLORS)] for i, m in enumerate(models)}
-    totals = {at: sum(h["tokens_saved"] for h in hours if h["hour"] == at) for at in slots}
-    top = max(max(totals.values()), 1.0)
+    top = max([sum(h["tokens_saved"] for h in hours if h["hour"] == at) for at in slots] + [1.0])
     step = width / len(slots)
     bars, base = [], dict.fromkeys(slots, 0.0)
-    for h in hours:
-        x, tall = slots.index(h["hour"]) * step, h["tokens_saved"] / top * (height - 20)
+    for h in (h for h in hours if h["hour"] in base):
+        x, tall = (h["hour"] - span["from"]) // 3600 * step, h["tokens_saved"] / top * (height - 20)
         base[h["hour"]] += tall
         bars.append(f'<rect x="{x + 2:.1f}" y="{height - base[h["hour"]]:.1f}" '
                     f'width="{max(step - 4, 1):.1f}" '
@@ -156,7 +156,7 @@ def stats_page(data: dict[str, Any]) -> str:
               f'<p class="note">Figures {escape(since)}; money in the models\' prices (LiteLLM\'s cost '
               "map: US dollars; or the config's model_info), for requests with a price only. "
               'JSON: <a href="/stats?window=' + data["window"] + '">/stats</a>.</p>')
-    body = header + tiles(data["totals"]) + chart(data["hours"]) + models_table(data["models"])
+    body = header + tiles(data["totals"]) + chart(data["hours"], data["chart"]) + models_table(data["models"])
     return document("MixPR Gateway", body + recent_table(data["recent"]))
 
 

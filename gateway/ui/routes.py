@@ -71,11 +71,17 @@ async def read(request: Request, chosen: str) -> dict[str, Any]:
     return await asyncio.to_thread(figures.read, stats.store, chosen)
 
 
-@router.get("/ui")
-async def ui(request: Request) -> HTMLResponse:
-    if not logged_in(request):
-        return html(page.login_page(), 401)
+@router.get("/ui", response_model=None)
+async def ui(request: Request) -> Response:
+    if not logged_in(request):  # a redirect, not a 401 page: a browser logs every 4xx as an error
+        return RedirectResponse("/ui/login", status_code=303, headers={"cache-control": "no-store"})
     return html(page.stats_page(await read(request, window(request))))
+
+
+@router.get("/ui/login")
+async def login_form() -> HTMLResponse:
+    """The form alone: no figure is read or shown before the login."""
+    return html(page.login_page())
 
 
 @router.get("/ui/page.css")

@@ -59,7 +59,9 @@ def _with_cookie(url: str, path: str, cookie: str) -> httpx.Response:
 def test_unauthenticated_reads_are_refused(served: tuple[str, Path]) -> None:
     url, _ = served
     page = httpx.get(url + "/ui", timeout=10)
-    assert page.status_code == 401 and 'name="key"' in page.text and "data-stat" not in page.text
+    assert page.status_code == 303 and page.headers["location"] == "/ui/login" and not page.text
+    form = httpx.get(url + "/ui", timeout=10, follow_redirects=True)
+    assert form.status_code == 200 and 'name="key"' in form.text and "data-stat" not in form.text
     assert httpx.get(url + "/stats", timeout=10).status_code == 401
     wrong = httpx.get(url + "/stats", headers={"Authorization": "Bearer sk-not-the-key"}, timeout=10)
     assert wrong.status_code == 401
@@ -75,7 +77,7 @@ def test_unauthenticated_reads_are_refused(served: tuple[str, Path]) -> None:
 def test_a_cookie_wrongly_signed_or_expired_is_refused(served: tuple[str, Path], cookie: str) -> None:
     url, _ = served
     page = _with_cookie(url, "/ui", cookie)
-    assert page.status_code == 401 and "data-stat" not in page.text
+    assert page.status_code == 303 and "data-stat" not in page.text
     assert _with_cookie(url, "/stats", cookie).status_code == 401
 
 
