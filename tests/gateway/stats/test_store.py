@@ -122,13 +122,19 @@ def test_sqlite_drops_hours_past_their_retention_and_keeps_the_totals(tmp_path: 
     store.close()
 
 
-def test_windows_are_cut_to_the_minute(tmp_path: Path) -> None:
-    store = SqliteStore(None, retention_days=90, ring=100)  # in memory
-    _write(store, _record(NOW - 25 * 3600), _record(NOW - 2 * 3600), _record(NOW - 10 * 60))
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_windows_are_cut_to_the_minute(kind: str, request: pytest.FixtureRequest) -> None:
+    if kind == "redis":
+        store: Store = RedisStore(request.getfixturevalue("redis_url"), retention_days=90, ring=100)
+    else:
+        store = SqliteStore(None, retention_days=90, ring=100)  # in memory
+    # Either side of each window's edge by two minutes: the edges fall inside hours, not on them.
+    ago = [25 * 3600, 24 * 3600 - 120, 24 * 3600 + 120, 2 * 3600, 3600 + 120, 3600 - 120, 10 * 60]
+    _write(store, *(_record(NOW - s) for s in ago))
     seen = {w: figures.read(store, w, now=NOW)["totals"]["requests"] for w in figures.WINDOWS}
-    assert seen == {"all": 3, "24h": 2, "1h": 1}
+    assert seen == {"all": 7, "24h": 5, "1h": 2}
     one_hour = figures.read(store, "1h", now=NOW)
-    assert len(one_hour["recent"]) == 1 and one_hour["models"]["m"]["tokens_saved"] == 600
+    assert len(one_hour["recent"]) == 2 and one_hour["models"]["m"]["tokens_saved"] == 1200
     store.close()
 
 
