@@ -13,7 +13,7 @@ import time
 import redis
 
 from gateway.stats.batch import HOUR, MINUTE, Batch, Totals, add_into, bucket
-from gateway.stats.store import MINUTES_KEPT_S
+from gateway.stats.store import MINUTES_KEPT_S, whole_hour
 
 PREFIX = "mixpr:stats:"
 SEP = "\x1f"  # between model and figure names in a hash field: no config name holds it
@@ -48,8 +48,12 @@ class RedisStore:
         return _parsed(self.client.hgetall(PREFIX + "totals"))
 
     def since(self, start: float) -> Totals:
+        """The minutes to the next whole hour, then whole hours (as ``SqliteStore.since``)."""
         found: Totals = {}
-        for sums in self._range("m:", start, MINUTE).values():
+        edge = whole_hour(start)
+        parts = [*self._range("m:", start, MINUTE, end=edge).values(),
+                 *self._range("h:", edge, HOUR).values()]
+        for sums in parts:
             for model, names in sums.items():
                 for name, value in names.items():
                     add_into(found, model, name, value)
@@ -58,8 +62,10 @@ class RedisStore:
     def hours(self, start: float) -> dict[int, Totals]:
         return {at: sums for at, sums in self._range("h:", start, HOUR).items() if sums}
 
-    def _range(self, kind: str, start: float, size: int) -> dict[int, Totals]:
-        ats = range(bucket(start, size), bucket(time.time(), size) + 1, size)
+    def _range(self, kind: str, start: float, size: int, *, end: float | None = None) -> dict[int, Totals]:
+        """The buckets from ``start``'s to the current one, or up to (without) ``end``."""
+        last = bucket(time.time(), size) + 1 if end is None else end
+        ats = range(bucket(start, size), int(last), size)
         pipe = self.client.pipeline(transaction=False)
         for at in ats:
             pipe.hgetall(PREFIX + kind + str(at))

@@ -97,8 +97,13 @@ class SqliteStore:
         return _summed(self._reader().execute("SELECT model, name, value FROM totals"))
 
     def since(self, start: float) -> Totals:
-        rows = self._reader().execute("SELECT model, name, SUM(value) FROM minutes WHERE at >= ? "
-                                      "GROUP BY model, name", (bucket(start, MINUTE),))
+        """From ``start``'s minute: the minutes to the next whole hour, then whole hours (a day's
+        window reads 24 hour rows and up to 60 minute rows per figure, not 1,440)."""
+        edge = whole_hour(start)
+        rows = self._reader().execute(
+            "SELECT model, name, SUM(value) FROM (SELECT model, name, value FROM minutes WHERE at >= ? "
+            "AND at < ? UNION ALL SELECT model, name, value FROM hours WHERE at >= ?) GROUP BY model, name",
+            (bucket(start, MINUTE), edge, edge))
         return _summed(rows)
 
     def hours(self, start: float) -> dict[int, Totals]:
@@ -116,6 +121,12 @@ class SqliteStore:
 
     def close(self) -> None:
         self._writer.close()
+
+
+def whole_hour(start: float) -> int:
+    """The first hour bucket that begins at or after ``start``'s minute."""
+    minute = bucket(start, MINUTE)
+    return minute if minute % HOUR == 0 else bucket(minute, HOUR) + HOUR
 
 
 def _summed(rows: sqlite3.Cursor) -> Totals:
