@@ -60,3 +60,13 @@ def observed(model: str, original: int, would_send: int, costs: tuple[float, flo
               "observe_tokens_would_send": float(would_send),
               "observe_cost_original": costs[0] * priced, "observe_cost_would_send": costs[1] * priced}
     return Record(at=time.time() if at is None else at, model=model, counts=counts)
+
+
+def escalated(model: str, tokens: int, prices: Prices, *, at: float | None = None) -> Record:
+    """A Self-Route escalation of a ``model`` request: ``tokens`` sent again to the fallback, at the
+    fallback's input price (``prices``), on top of the compressed ask already counted. A cost of
+    compressing: the page's net saving is after it."""
+    priced = prices.source == "litellm"
+    counts = {"escalations": 1.0, "escalation_tokens": float(tokens),
+              "escalation_cost": tokens * prices.input * priced}
+    return Record(at=time.time() if at is None else at, model=model, counts=counts)

@@ -14,9 +14,10 @@ from gateway.stats.figures import WINDOWS
 # (name in /stats, label, kind): kind picks the formatting.
 SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     ("Saved", (
-        ("net_saved", "Saved, net of reset writes", "money"),
+        ("net_saved", "Saved, net of resets and escalations", "money"),
         ("saved_compression", "Saved by compression", "money"),
         ("reset_write_cost", "Cache writes resets caused", "money"),
+        ("escalation_cost", "Self-Route escalations", "money"),
         ("tokens_saved", "Prompt tokens removed", "tokens"),
         ("priced_share", "Requests with a price", "share"),
     )),
@@ -25,6 +26,8 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         ("requests_passthrough", "Sent as they came", "count"),
         ("requests_compressed", "Compressed", "count"),
         ("failed_open", "Compression failed, sent whole", "count"),
+        ("escalations", "Escalated by Self-Route", "count"),
+        ("escalation_tokens", "Tokens sent again to escalate", "tokens"),
         ("tokens_before", "Prompt tokens received", "tokens"),
         ("tokens_after", "Prompt tokens forwarded", "tokens"),
     )),

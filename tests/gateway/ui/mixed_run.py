@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 from agent_loops import TASK, chat_loop
-from corpus import haystack
+from corpus import QUESTION, haystack
 from prometheus_client.parser import text_string_to_metric_families
 
 KEY = "sk-ui-master-key-test"
@@ -22,12 +22,15 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100, "first_sight": "always"}
 PRICED = {"input_cost_per_token": 3e-6, "cache_read_input_token_cost": 3e-7,
           "cache_creation_input_token_cost": 3.75e-6}
-MODELS = ("agent", "plain", "observed")
+MODELS = ("agent", "plain", "observed", "routed")  # routed-big is only escalated to: never prepared itself
+# A fact the vault question never retrieves: compression drops it, only the whole text has it.
+ASIDE = "The miller's grey cat, who slept on the flour sacks, was called Biscuit."
 
 
 def config(upstream_url: str, *, general: dict[str, Any]) -> dict[str, Any]:
-    def entry(name: str, window: int, info: dict[str, Any], **mixpr: Any) -> dict[str, Any]:
-        params = {"model": "openai/stats-echo", "api_base": upstream_url, "api_key": UPSTREAM_KEY}
+    def entry(name: str, window: int, info: dict[str, Any], upstream: str = "stats-echo",
+              **mixpr: Any) -> dict[str, Any]:
+        params = {"model": f"openai/{upstream}", "api_base": upstream_url, "api_key": UPSTREAM_KEY}
         return {"model_name": name, "litellm_params": params,
                 "model_info": {"max_input_tokens": window, **info}, "mixpr": mixpr}
 
@@ -36,6 +39,10 @@ def config(upstream_url: str, *, general: dict[str, Any]) -> dict[str, Any]:
             entry("agent", 5000, PRICED, prefix=FORMS),  # priced: a conversation that resets
             entry("plain", 3000, {}, budget_tokens=800),  # no price: LiteLLM's map has no stats-echo
             entry("observed", 3000, PRICED, mode="observe", budget_tokens=800),
+            # Self-Route: a question the compressed prompt cannot answer goes again, whole, to routed-big.
+            entry("routed", 3000, PRICED, "mode-needle-ui", budget_tokens=800,
+                  self_route={"enabled": True, "fallback_model": "routed-big"}),
+            entry("routed-big", 128_000, PRICED, "mode-needle-ui-big"),
         ],
         "mixpr_settings": {"router": "heuristic", "token_margin": 0},
         "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread",
@@ -59,7 +66,7 @@ def run(url: str, *, steps: int = 12) -> dict[str, int]:
     seen: dict[str, int] = {}
 
     def count(response: httpx.Response) -> None:
-        for name in ("x-mixpr-action", "x-mixpr-reset", "x-mixpr-shadow"):
+        for name in ("x-mixpr-action", "x-mixpr-reset", "x-mixpr-shadow", "x-mixpr-self-route"):
             value = response.headers.get(name)
             seen[f"{name}={value}"] = seen.get(f"{name}={value}", 0) + 1
 
@@ -67,6 +74,8 @@ def run(url: str, *, steps: int = 12) -> dict[str, int]:
     count(chat(url, "plain", single(haystack(400) + "\n\nWhat is the secret code?")))
     for messages in chat_loop(steps, task=f"{CANARY} {TASK}"):
         count(chat(url, "agent", messages, max_tokens=200))
+    document = f"{ASIDE}\n\n{haystack(600, seed=2)}\n\n{QUESTION}"
+    count(chat(url, "routed", single(document), needle="Biscuit"))  # the fake upstream's "unanswerable"
     count(chat(url, "observed", single("Say hello.")))
     count(chat(url, "observed", single(haystack(400) + "\n\nWhat is the secret code?"), max_tokens=200))
     return seen
@@ -94,6 +103,8 @@ PROMETHEUS = {
     "resets": ("mixpr_resets_total", {}),
     "warm_turns": ("mixpr_cache_turns_total", {"state": "warm"}),
     "cold_turns": ("mixpr_cache_turns_total", {"state": "cold"}),
+    "escalations": ("mixpr_self_route_requests_total", {"outcome": "escalated"}),
+    "escalation_tokens": ("mixpr_self_route_escalation_tokens_total", {}),
     "observe_tokens_original": ("mixpr_shadow_tokens_total", {"kind": "original"}),
     "observe_tokens_would_send": ("mixpr_shadow_tokens_total", {"kind": "would_send"}),
 }

@@ -141,6 +141,7 @@ def test_the_page_shows_what_the_gateway_counted_across_a_restart(
             seen[name] = seen.get(name, 0) + count
     assert seen.get("x-mixpr-reset=true") and seen.get("x-mixpr-action=compressed")
     assert seen.get("x-mixpr-shadow=sampled") and seen.get("x-mixpr-shadow=unchanged")
+    assert seen.get("x-mixpr-self-route=escalated")
     wait_for_observe(urls, len(urls))
     errors: list[str] = []
     context = browser.new_context()
