@@ -181,6 +181,12 @@ class Metrics:
             self.upstream_cached_tokens.labels(model, "read").inc(read)
         if written:
             self.upstream_cached_tokens.labels(model, "written").inc(written)
+        if self.stats is not None and (read or written):  # the operator's page, beside the same counters
+            from gateway.stats.record import Record  # only with a page: the plug-in never loads it
+
+            counts = {"provider_cache_read_tokens": float(read),
+                      "provider_cache_written_tokens": float(written)}
+            self.stats(Record(at=time.time(), model=model, counts=counts))
 
     def record_self_route(self, model: str, outcome: str, escalated_to: str | None = None,
                           tokens: int = 0) -> None:

@@ -14,6 +14,7 @@ FIELDS = (
     "priced_requests", "priced_tokens_before",
     "saved_compression", "reset_write_cost", "escalations", "escalation_tokens", "escalation_cost",
     "resets", "reset_written_tokens", "warm_turns", "cold_turns", "reused_tokens",
+    "provider_cache_read_tokens", "provider_cache_written_tokens",
     "observe_requests", "observe_tokens_original", "observe_tokens_would_send",
     "observe_cost_original", "observe_cost_would_send",
 )

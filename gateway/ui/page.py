@@ -37,6 +37,8 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         ("resets", "Resets", "count"),
         ("reset_written_tokens", "Tokens resets rewrote", "tokens"),
         ("reused_tokens", "Tokens resent byte for byte", "tokens"),
+        ("provider_cache_read_tokens", "Cache reads the provider reported", "tokens"),
+        ("provider_cache_written_tokens", "Cache writes the provider reported", "tokens"),
     )),
     ("Observe mode (would have)", (
         ("observe_requests", "Requests observed", "count"),

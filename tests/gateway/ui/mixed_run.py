@@ -22,7 +22,8 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens": 100, "first_sight": "always"}
 PRICED = {"input_cost_per_token": 3e-6, "cache_read_input_token_cost": 3e-7,
           "cache_creation_input_token_cost": 3.75e-6}
-MODELS = ("agent", "plain", "observed", "routed")  # routed-big is only escalated to: never prepared itself
+# routed-big is only escalated to: never prepared itself, so never in the figures.
+MODELS = ("agent", "plain", "observed", "routed", "cached")
 # A fact the vault question never retrieves: compression drops it, only the whole text has it.
 ASIDE = "The miller's grey cat, who slept on the flour sacks, was called Biscuit."
 
@@ -43,6 +44,7 @@ def config(upstream_url: str, *, general: dict[str, Any]) -> dict[str, Any]:
             entry("routed", 3000, PRICED, "mode-needle-ui", budget_tokens=800,
                   self_route={"enabled": True, "fallback_model": "routed-big"}),
             entry("routed-big", 128_000, PRICED, "mode-needle-ui-big"),
+            entry("cached", 3000, PRICED, "mode-cached"),  # its usage reports 8 cached prompt tokens
         ],
         "mixpr_settings": {"router": "heuristic", "token_margin": 0},
         "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread",
@@ -76,6 +78,7 @@ def run(url: str, *, steps: int = 12) -> dict[str, int]:
         count(chat(url, "agent", messages, max_tokens=200))
     document = f"{ASIDE}\n\n{haystack(600, seed=2)}\n\n{QUESTION}"
     count(chat(url, "routed", single(document), needle="Biscuit"))  # the fake upstream's "unanswerable"
+    count(chat(url, "cached", single("Say hello.")))
     count(chat(url, "observed", single("Say hello.")))
     count(chat(url, "observed", single(haystack(400) + "\n\nWhat is the secret code?"), max_tokens=200))
     return seen
@@ -105,6 +108,8 @@ PROMETHEUS = {
     "cold_turns": ("mixpr_cache_turns_total", {"state": "cold"}),
     "escalations": ("mixpr_self_route_requests_total", {"outcome": "escalated"}),
     "escalation_tokens": ("mixpr_self_route_escalation_tokens_total", {}),
+    "provider_cache_read_tokens": ("mixpr_upstream_cached_tokens_total", {"kind": "read"}),
+    "provider_cache_written_tokens": ("mixpr_upstream_cached_tokens_total", {"kind": "written"}),
     "observe_tokens_original": ("mixpr_shadow_tokens_total", {"kind": "original"}),
     "observe_tokens_would_send": ("mixpr_shadow_tokens_total", {"kind": "would_send"}),
 }

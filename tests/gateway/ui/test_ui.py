@@ -125,6 +125,7 @@ def test_the_figures_equal_the_prometheus_counters(served: tuple[str, Path]) -> 
     assert 0 < totals["priced_share"] < 1 and data["models"]["plain"]["priced_share"] == 0
     assert data["models"]["plain"]["saved_compression"] == 0 < data["models"]["plain"]["tokens_saved"]
     assert data["models"]["agent"]["reset_write_cost"] > 0 and data["models"]["observed"]["observe_saved"] > 0
+    assert data["models"]["cached"]["provider_cache_read_tokens"] == 8  # the fake upstream's usage
     routed = data["models"]["routed"]
     assert routed["escalations"] == 1 and routed["escalation_cost"] > 0
     assert routed["net_saved"] == routed["saved_compression"] - routed["escalation_cost"]
