@@ -60,11 +60,21 @@ def browser() -> Iterator[Browser]:
 class Gateways:
     """One gateway (SQLite) or two replicas (one Redis), restartable on the same config."""
 
-    def __init__(self, config_path: Path, replicas: int, logs: Path) -> None:
+    def __init__(self, config_path: Path, replicas: int, logs: Path, redis: RedisServer | None) -> None:
         self.config_path = config_path
         self.replicas = replicas
         self.logs = logs
+        self.redis = redis
         self.started: list[GatewayProcess] = []
+
+    def stored(self) -> bytes:
+        """Everything the store holds: the SQLite file (and its WAL), or every key and value in Redis."""
+        if self.redis is None:
+            return b"".join(p.read_bytes() for p in self.logs.glob("data/stats.sqlite3*"))
+        client = self.redis.client()
+        keys = client.keys("*")
+        assert any(k.startswith(b"mixpr:stats:") for k in keys)
+        return b"".join(k + (client.dump(k) or b"") for k in keys)
 
     def start(self) -> list[str]:
         self.started = [GatewayProcess(self.config_path, self.logs / f"gateway-{i}.log")
@@ -89,7 +99,7 @@ def gateways(request: pytest.FixtureRequest, upstream: FakeUpstream,
         general = {"stats_path": str(tmp_path / "data" / "stats.sqlite3")}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config(upstream.base_url, general=general)))
-    started = Gateways(path, 2 if redis else 1, tmp_path)
+    started = Gateways(path, 2 if redis else 1, tmp_path, redis)
     try:
         yield request.param, started
     finally:
@@ -168,6 +178,7 @@ def test_the_page_shows_what_the_gateway_counted_across_a_restart(
                       {n: v for n, v in prometheus_figures(urls, None).items() if n in _COUNTED}) == []
     assert errors == []
     context.close()
+    assert has_text(started.stored(), CANARY, KEY, UPSTREAM_KEY, "Fix the bug", "secret code") == []
 
 
 _COUNTED = {"requests", "requests_passthrough", "tokens_before", "tokens_after"}
