@@ -68,13 +68,14 @@ class Gateways:
         self.started: list[GatewayProcess] = []
 
     def stored(self) -> bytes:
-        """Everything the store holds: the SQLite file (and its WAL), or every key and value in Redis."""
+        """Everything the store holds: the SQLite file (and its WAL), or every stats key and value in
+        Redis (beside them, the shared form cache holds message forms: prompt text, by design)."""
         if self.redis is None:
             return b"".join(p.read_bytes() for p in self.logs.glob("data/stats.sqlite3*"))
         client = self.redis.client()
-        keys = client.keys("*")
-        assert any(k.startswith(b"mixpr:stats:") for k in keys)
-        return b"".join(k + (client.dump(k) or b"") for k in keys)
+        keys = client.keys("mixpr:stats:*")
+        assert keys
+        return b"".join(k + _value(client, k) for k in keys)
 
     def start(self) -> list[str]:
         self.started = [GatewayProcess(self.config_path, self.logs / f"gateway-{i}.log")
@@ -106,6 +107,16 @@ def gateways(request: pytest.FixtureRequest, upstream: FakeUpstream,
         started.stop()
         if redis is not None:
             redis.stop()
+
+
+def _value(client: Any, key: bytes) -> bytes:
+    """A key's value as stored, uncompressed (DUMP may compress it with LZF)."""
+    kind = client.type(key)
+    if kind == b"hash":
+        return b"".join(f + v for f, v in client.hgetall(key).items())
+    if kind == b"list":
+        return b"".join(client.lrange(key, 0, -1))
+    return client.get(key) or b"" if kind == b"string" else repr(kind).encode()
 
 
 def _login(page: Page, url: str) -> None:
