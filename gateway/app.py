@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,7 +28,7 @@ from gateway.api import (
 )
 from gateway.api.common import authorize, state
 from gateway.compress.compressor import Compressor
-from gateway.config import GatewayConfig
+from gateway.config import ConfigError, GatewayConfig, GeneralSettings
 from gateway.core.after_response import AfterResponse
 from gateway.core.chat import ChatService
 from gateway.edge import exposure
@@ -78,13 +79,12 @@ class GatewayState:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
+        self.stats = _open_stats(general)  # first: a path it cannot open stops start-up before any work
         workers = Workers(workers=general.compression_workers, executor=general.compression_executor,
                           timeout_s=general.compression_timeout_s, metrics=self.metrics)
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,
                                 max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
-        self.stats = open_stats(redis_url=general.form_cache_url, path=general.stats_path,
-                                retention_days=general.stats_retention_days, ring=general.stats_recent)
         self.metrics.stats = self.stats.recorder.add
         self.metrics.workers_live.set_function(workers.live)  # read at each scrape
         defaults = self.config.mixpr_settings
@@ -146,6 +146,17 @@ class GatewayState:
                 await server.stop()
             except Exception:  # keep stopping the others; the error is logged, not fatal at shutdown
                 log.exception("stopping a managed server failed")
+
+
+def _open_stats(general: GeneralSettings) -> Stats:
+    """The operator's page's store (``gateway.stats``), or a ConfigError naming the setting."""
+    try:
+        return open_stats(redis_url=general.form_cache_url, path=general.stats_path,
+                          retention_days=general.stats_retention_days, ring=general.stats_recent)
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"general_settings.stats_path {general.stats_path!r}: cannot open the stats "
+                          f"store there ({exc}); give a writable file path, or remove it to keep the "
+                          f"figures in memory") from exc
 
 
 def freeze_startup_objects() -> None:

@@ -32,7 +32,7 @@ from mixed_run import (
 )
 
 from gateway import create_app
-from gateway.config import parse_config
+from gateway.config import ConfigError, parse_config
 from gateway.ui import session
 
 
@@ -160,3 +160,12 @@ def test_no_page_without_a_key_off_loopback(upstream: FakeUpstream) -> None:
         assert httpx.get(server.url + "/stats", timeout=10).status_code == 403
     finally:
         server.stop()
+
+
+async def test_a_stats_path_it_cannot_open_stops_start_up_with_the_setting_named(
+        upstream: FakeUpstream, tmp_path: Path) -> None:
+    raw = config(upstream.base_url, general={"stats_path": str(tmp_path)})  # a folder, not a file
+    app = create_app(parse_config(raw))
+    with pytest.raises(ConfigError, match="general_settings.stats_path .*cannot open the stats store"):
+        async with app.state.gateway.lifespan(app):
+            pass
