@@ -9,10 +9,12 @@ ever runs on the event loop."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs
 
+import redis
 from fastapi import APIRouter, Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
@@ -66,9 +68,13 @@ def window(request: Request) -> str:
 async def read(request: Request, chosen: str) -> dict[str, Any]:
     stats = state(request).stats
     if stats is None:
-        raise ServiceUnavailable("The gateway is still starting; its stats are not open yet.")
+        raise ServiceUnavailable("The gateway is still starting; its stats are not open yet.", retry_after=1)
     await asyncio.to_thread(stats.recorder.flush)
-    return await asyncio.to_thread(figures.read, stats.store, chosen)
+    try:
+        return await asyncio.to_thread(figures.read, stats.store, chosen)
+    except (OSError, sqlite3.Error, redis.RedisError) as exc:  # the store, not the request, is at fault
+        raise ServiceUnavailable(f"The stats store cannot be read right now ({type(exc).__name__}); "
+                                 "requests are served as usual.", retry_after=5) from exc
 
 
 @router.get("/ui", response_model=None)

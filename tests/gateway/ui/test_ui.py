@@ -21,15 +21,18 @@ from mixed_run import (
     MODELS,
     UPSTREAM_KEY,
     agrees,
+    chat,
     config,
     has_text,
     mismatches,
     page_figures,
     prometheus_figures,
     run,
+    single,
     stats,
     wait_for_observe,
 )
+from redis_server import MISSING, RedisServer, available
 
 from gateway import create_app
 from gateway.config import ConfigError, parse_config
@@ -169,3 +172,23 @@ async def test_a_stats_path_it_cannot_open_stops_start_up_with_the_setting_named
     with pytest.raises(ConfigError, match="general_settings.stats_path .*cannot open the stats store"):
         async with app.state.gateway.lifespan(app):
             pass
+
+
+def test_a_store_that_cannot_be_read_is_a_503_and_requests_go_on(upstream: FakeUpstream,
+                                                                 tmp_path: Path) -> None:
+    if not available():
+        pytest.skip(MISSING)
+    redis = RedisServer(tmp_path / "redis").start()
+    general = {"form_cache_url": redis.url, "deployment_secret": "ui-store-down-" + "s" * 32}
+    server = ServerThread(create_app(parse_config(config(upstream.base_url, general=general)))).start()
+    try:
+        chat(server.url, "plain", single("Say hello."))
+        assert stats(server.url)["totals"]["requests"] == 1
+        redis.kill()
+        down = httpx.get(server.url + "/stats", headers=AUTH, timeout=30)
+        assert down.status_code == 503 and "stats store cannot be read" in down.json()["error"]["message"]
+        assert down.headers["retry-after"] == "5"
+        chat(server.url, "plain", single("Say hello again."))  # the page's store is never on the request path
+    finally:
+        server.stop()
+        redis.stop()
