@@ -317,6 +317,18 @@ class GeneralSettings(_Strict):
     # t seconds none starts (and requests are skipped) for t * (1 - share) / share, so the work overlaps
     # at most about this share of requests, and never grows with the load (gateway.core.shadow).
     shadow_share: float = Field(0.05, gt=0, le=1)
+    # The operator's page (/ui, /stats; gateway.stats): a SQLite file kept across restarts (in the
+    # container, on its data volume); null: kept in this process's memory only. With form_cache_url
+    # the stats go to that Redis instead, so the replicas' figures add up.
+    stats_path: str | None = None
+    stats_retention_days: int = Field(90, ge=1, le=3650)  # the per-hour sums behind the chart
+    stats_recent: int = Field(1000, ge=10, le=100_000)  # rows of the per-request record kept
+    ui_session_s: int = Field(8 * 3600, ge=60, le=30 * 24 * 3600)  # a /ui login lasts this long
+
+    @field_validator("stats_path")
+    @classmethod
+    def _path_or_memory(cls, value: str | None) -> str | None:
+        return value if value is not None and value.strip() else None  # an unset variable: in memory
 
     @field_validator("deployment_secret")
     @classmethod

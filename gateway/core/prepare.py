@@ -27,7 +27,7 @@ from gateway.config import (
 )
 from gateway.conversation import shared_forms, warmth
 from gateway.conversation.history import History, Request
-from gateway.core import model_tokens, observe, reply, self_route, tiers
+from gateway.core import model_tokens, observe, reply, self_route, tally, tiers
 from gateway.core.call import ChatCall, lowers
 from gateway.core.shadow import Shadow
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
@@ -200,6 +200,8 @@ class Preparer:
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                                  outcome.route, outcome.compress_ms)
+        if self.metrics.stats is not None:  # the operator's page (gateway.stats), beside the same counters
+            self.metrics.stats(tally.chat(model, outcome, self.prices[model]))
         if outcome.max_tokens:
             self.metrics.replies_lowered.labels(model).inc()
         log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",

@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.core import after_response
+from gateway.core import after_response, tally
 from gateway.errors import GatewayError
 from gateway.metrics import Metrics
 from gateway.prices import Prices
@@ -100,6 +100,9 @@ class Shadow:
         original, would_send = figures.cost(prices)
         m.shadow_cost.labels(model, "original", prices.source).inc(original)
         m.shadow_cost.labels(model, "would_send", prices.source).inc(would_send)
+        if m.stats is not None:  # the operator's page (gateway.stats), beside the same counters
+            costs = (original, would_send)
+            m.stats(tally.observed(model, figures.original, figures.would_send, costs, prices))
 
     def offer(self, model: str, prices: Prices, work: Callable[[], Awaitable[Figures]]) -> str:
         """Queue ``work`` (the would-have preparation) to run after this request's response:
