@@ -76,7 +76,8 @@ def test_unauthenticated_reads_are_refused(served: tuple[str, Path]) -> None:
     session.issue("sk-another-deployment", 600),  # signed with another key
     str(int(time.time()) + 600),  # no signature at all
     "",
-])
+# Named ids: the values hold the time, and xdist's workers must collect the same test names.
+], ids=["changed-signature", "expired", "other-key", "unsigned", "empty"])
 def test_a_cookie_wrongly_signed_or_expired_is_refused(served: tuple[str, Path], cookie: str) -> None:
     url, _ = served
     page = _with_cookie(url, "/ui", cookie)
