@@ -112,6 +112,7 @@ PROMETHEUS = {
     "provider_cache_written_tokens": ("mixpr_upstream_cached_tokens_total", {"kind": "written"}),
     "observe_tokens_original": ("mixpr_shadow_tokens_total", {"kind": "original"}),
     "observe_tokens_would_send": ("mixpr_shadow_tokens_total", {"kind": "would_send"}),
+    "tier_saved_tokens": ("mixpr_price_tier_saved_total", {}),
 }
 
 

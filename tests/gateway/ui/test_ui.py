@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from pydoc_data.topics import topics
 from typing import Any
 
 import httpx
@@ -23,9 +24,11 @@ from mixed_run import (
     agrees,
     chat,
     config,
+    counted,
     has_text,
     mismatches,
     page_figures,
+    prometheus,
     prometheus_figures,
     run,
     single,
@@ -192,3 +195,39 @@ def test_a_store_that_cannot_be_read_is_a_503_and_requests_go_on(upstream: FakeU
     finally:
         server.stop()
         redis.stop()
+
+
+# A model billed 5x per input token past 40k (issue 56), with a window that would take 46k whole.
+TIER = {"input_cost_per_token": 1e-6, "input_cost_per_token_above_40k_tokens": 5e-6}
+REFERENCE = "\n\n".join(topics[name] for name in sorted(topics))  # real text, in every Python
+
+
+def test_a_request_kept_under_a_price_tier_shows_its_tier_and_saving(upstream: FakeUpstream) -> None:
+    """Issue 58's record has the tier per request, and the page what keeping under the line saved:
+    the same tokens' worth as the mixpr_price_tier_saved counter, its money once in the net saving."""
+    raw = config(upstream.base_url, general={"compression_timeout_s": 120})
+    params = {"model": "openai/tiered", "api_base": upstream.base_url, "api_key": UPSTREAM_KEY}
+    raw["model_list"].append({"model_name": "tiered", "litellm_params": params,
+                              "model_info": {"max_input_tokens": 200_000, **TIER}})
+    server = ServerThread(create_app(parse_config(raw))).start()
+    try:
+        long = chat(server.url, "tiered", single(REFERENCE[:4 * 46_000] + "\n\nWhat is a generator?"))
+        assert long.headers["x-mixpr-price-tier"] == "billed=base; kept-under=40000"
+        chat(server.url, "plain", single("Say hello."))  # no tier
+        data = stats(server.url)
+        rows = {r["model"]: r for r in data["recent"]}
+        assert rows["tiered"]["tier"] == "billed=base; kept-under=40000" and rows["plain"]["tier"] == ""
+        tiered = data["models"]["tiered"]
+        counter = counted(prometheus(server.url), "mixpr_price_tier_saved_total", model="tiered")
+        assert tiered["tier_saved_tokens"] == counter > 40_000 * 4  # the client's 46k at 5x, less what went
+        assert tiered["saved_tier"] == pytest.approx(counter * 1e-6)
+        # The removed tokens are in saved_compression already: the net adds only the tier's premium.
+        beyond = tiered["saved_tier"] - tiered["saved_compression"]
+        assert tiered["saved_tier_beyond"] == pytest.approx(beyond) and beyond > 0
+        assert tiered["net_saved"] == pytest.approx(tiered["saved_tier"])
+        cookie = {session.COOKIE: session.issue(KEY, 60)}
+        page = httpx.get(server.url + "/ui", cookies=cookie, timeout=30).text
+        assert agrees(page_figures(page), data) == []
+        assert '<td data-recent="tier">billed=base; kept-under=40000</td>' in page
+    finally:
+        server.stop()
