@@ -16,8 +16,8 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     ("Saved", (
         ("net_saved", "Saved, net of resets and escalations", "money"),
         ("saved_compression", "Saved by compression", "money"),
-        ("saved_tier", "Kept under a price tier (its compression saving included)", "money"),
-        ("saved_tier_beyond", "Of that, the tier's premium beyond compression (in the net)", "money"),
+        ("saved_tier", "Kept under a price tier (compression's part included)", "money"),
+        ("saved_tier_beyond", "Of that, the tier's premium (in the net)", "money"),
         ("tier_saved_tokens", "Input tokens' worth kept under a price tier", "tokens"),
         ("reset_write_cost", "Cache writes resets caused", "money"),
         ("escalation_cost", "Self-Route escalations", "money"),
