@@ -201,7 +201,7 @@ class Preparer:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                                  outcome.route, outcome.compress_ms)
         if self.metrics.stats is not None:  # the operator's page (gateway.stats), beside the same counters
-            self.metrics.stats(tally.chat(model, outcome, self.prices[model]))
+            self.metrics.stats(tally.chat(model, outcome, self.prices[model], line=self.lines[model][0]))
         if outcome.max_tokens:
             self.metrics.replies_lowered.labels(model).inc()
         log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",

@@ -7,22 +7,28 @@ from __future__ import annotations
 import time
 
 from gateway.compress.compressor import Outcome
+from gateway.core import tiers
 from gateway.prices import Prices
 from gateway.stats.record import Record, Row
 
 
-def chat(model: str, outcome: Outcome, prices: Prices, *, at: float | None = None) -> Record:
-    """One chat request as prepared (``Preparer._record``: the same call that counts it in Prometheus)."""
+def chat(model: str, outcome: Outcome, prices: Prices, *, line: int | None = None,
+         at: float | None = None) -> Record:
+    """One chat request as prepared (``Preparer._record``: the same call that counts it in Prometheus),
+    with ``line``, the price line the model's requests are kept under (``Preparer.lines``), if any."""
     at = time.time() if at is None else at
     priced = prices.source == "litellm"
+    saving = _saving(outcome, prices, priced)
     counts = {"requests": 1.0, f"requests_{outcome.action}": 1.0,
               "failed_open": float(outcome.failed_open),
               "tokens_before": float(outcome.original_tokens), "tokens_after": float(outcome.final_tokens),
               "priced_requests": float(priced), "priced_tokens_before": outcome.original_tokens * priced,
-              **_saving(outcome, prices, priced), **_conversation(outcome, prices, priced)}
+              **saving, **_tier(outcome, prices, priced, line, saving.get("saved_compression", 0.0)),
+              **_conversation(outcome, prices, priced)}
     row = Row(at=at, model=model, route=outcome.route or "none", action=outcome.action,
               tokens_before=outcome.original_tokens, tokens_after=outcome.final_tokens,
-              reset=outcome.reset, cache=outcome.cache or "", prices=prices.source)
+              reset=outcome.reset, cache=outcome.cache or "", prices=prices.source,
+              tier=outcome.tier or "")
     return Record(at=at, model=model, counts=counts, row=row)
 
 
@@ -35,6 +41,21 @@ def _saving(outcome: Outcome, prices: Prices, priced: bool) -> dict[str, float]:
     removed = max(outcome.original_tokens - outcome.final_tokens, 0)
     price = prices.cache_read if outcome.cache == "warm" else prices.input
     return {"tokens_saved": float(removed), "saved_compression": removed * price * priced}
+
+
+def _tier(outcome: Outcome, prices: Prices, priced: bool, line: int | None,
+          compression: float) -> dict[str, float]:
+    """What keeping the request under a price line saved: the same tokens' worth the
+    ``mixpr_price_tier_saved`` counter adds (``tiers.saved``), and its money at the input price.
+    Those tokens' worth holds the tokens compression removed, already in ``compression`` (the
+    request's ``saved_compression``); only the rest, the tier's premium on the client's request,
+    is new money, so only ``saved_tier_beyond`` goes into the net saving: nothing counted twice."""
+    if not prices.tiers:
+        return {}
+    worth = tiers.saved(prices, line, outcome.original_tokens, outcome.final_tokens)
+    money = worth * prices.input * priced
+    return {"tier_saved_tokens": worth, "saved_tier": money,
+            "saved_tier_beyond": max(money - compression, 0.0)}
 
 
 def _conversation(outcome: Outcome, prices: Prices, priced: bool) -> dict[str, float]:

@@ -42,11 +42,7 @@ def figures(sums: dict[str, float]) -> dict[str, float | None]:
     """The sums (0 for a figure never counted: a count that did not happen is 0, not missing) and
     what follows from them. A share of no traffic is None, shown as such, never as 0 %."""
     out: dict[str, float | None] = {name: sums.get(name, 0.0) for name in FIELDS}
-    # Net of the cache writes resets caused (a reset rewrites the cached prefix once, which the
-    # turns after it repay) and of Self-Route's escalations (the prompt sent again to the fallback):
-    # the page never claims the compression alone.
-    out["net_saved"] = (out["saved_compression"] - out["reset_write_cost"]  # type: ignore[operator]
-                        - out["escalation_cost"])
+    out["net_saved"] = net(out)  # type: ignore[arg-type]
     out["observe_tokens_saved"] = out["observe_tokens_original"] - out["observe_tokens_would_send"]  # type: ignore[operator]
     out["observe_saved"] = out["observe_cost_original"] - out["observe_cost_would_send"]  # type: ignore[operator]
     requests = out["requests"] or 0.0
@@ -54,12 +50,20 @@ def figures(sums: dict[str, float]) -> dict[str, float | None]:
     return out
 
 
+def net(sums: dict[str, float]) -> float:
+    """The saving net of the cache writes resets caused (a reset rewrites the cached prefix once,
+    which the turns after it repay) and of Self-Route's escalations (the prompt sent again to the
+    fallback): the page never claims the compression alone. A price tier's saving adds only the
+    part beyond the compression saving of the same requests (``tally._tier``), never twice."""
+    return (sums.get("saved_compression", 0.0) + sums.get("saved_tier_beyond", 0.0)
+            - sums.get("reset_write_cost", 0.0) - sums.get("escalation_cost", 0.0))
+
+
 def hours(by_hour: dict[int, Totals], first: int) -> list[dict[str, Any]]:
     """Per hour and model, the chart's figures, oldest first; hours without traffic left out."""
     return [{"hour": at, "model": model, "requests": names.get("requests", 0.0),
              "tokens_saved": names.get("tokens_saved", 0.0),
-             "net_saved": names.get("saved_compression", 0.0) - names.get("reset_write_cost", 0.0)
-             - names.get("escalation_cost", 0.0)}
+             "net_saved": net(names)}
             for at, sums in sorted(by_hour.items()) if at >= first
             for model, names in sorted(sums.items())]
 

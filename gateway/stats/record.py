@@ -12,13 +12,17 @@ FIELDS = (
     "requests", "requests_passthrough", "requests_compressed", "failed_open",
     "tokens_before", "tokens_after", "tokens_saved",
     "priced_requests", "priced_tokens_before",
-    "saved_compression", "reset_write_cost", "escalations", "escalation_tokens", "escalation_cost",
+    "saved_compression", "tier_saved_tokens", "saved_tier", "saved_tier_beyond",
+    "reset_write_cost", "escalations", "escalation_tokens", "escalation_cost",
     "resets", "reset_written_tokens", "warm_turns", "cold_turns", "reused_tokens",
     "provider_cache_read_tokens", "provider_cache_written_tokens",
     "observe_requests", "observe_tokens_original", "observe_tokens_would_send",
     "observe_cost_original", "observe_cost_would_send",
 )
-RING_FIELDS = ("at", "model", "route", "action", "tokens_before", "tokens_after", "reset", "cache", "prices")
+RING_FIELDS = ("at", "model", "route", "action", "tokens_before", "tokens_after", "reset", "cache", "prices",
+               "tier")
+# What a row written before a field existed reads as: a store kept across an upgrade holds such rows.
+RING_DEFAULTS: dict[str, object] = {"tier": ""}
 
 
 @dataclass(frozen=True)
@@ -34,9 +38,15 @@ class Row:
     reset: bool
     cache: str  # warm | cold | "" (a single request)
     prices: str  # litellm (the model has a price) | default (it has none: tokens only)
+    tier: str = ""  # the x-mixpr-price-tier header ("billed=base; kept-under=40000"), "" for no tier
 
     def as_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in RING_FIELDS}
+
+
+def filled(row: dict[str, object]) -> dict[str, object]:
+    """A stored row with the fields it was written without, so every read has every column."""
+    return {**RING_DEFAULTS, **row}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import time
 import redis
 
 from gateway.stats.batch import HOUR, MINUTE, Batch, Totals, add_into, bucket
+from gateway.stats.record import filled
 from gateway.stats.store import MINUTES_KEPT_S, whole_hour
 
 PREFIX = "mixpr:stats:"
@@ -72,7 +73,8 @@ class RedisStore:
         return {at: _parsed(raw) for at, raw in zip(ats, pipe.execute(), strict=True)}
 
     def recent(self, limit: int) -> list[dict[str, object]]:
-        return [json.loads(raw) for raw in self.client.lrange(PREFIX + "ring", 0, min(limit, self.ring) - 1)]
+        raws = self.client.lrange(PREFIX + "ring", 0, min(limit, self.ring) - 1)
+        return [filled(json.loads(raw)) for raw in raws]
 
     def close(self) -> None:
         self.client.close()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gateway.stats.batch import HOUR, MINUTE, Batch, Totals, add_into, bucket
+from gateway.stats.record import filled
 
 MINUTES_KEPT_S = 25 * HOUR  # the 24h window, and an hour's slack for the one being filled
 PRUNE_EVERY_S = 60.0
@@ -117,7 +118,7 @@ class SqliteStore:
     def recent(self, limit: int) -> list[dict[str, object]]:
         rows = self._reader().execute("SELECT row FROM ring ORDER BY id DESC LIMIT ?",
                                       (min(limit, self.ring),))
-        return [json.loads(row) for (row,) in rows]
+        return [filled(json.loads(row)) for (row,) in rows]
 
     def close(self) -> None:
         self._writer.close()

@@ -16,6 +16,9 @@ SECTIONS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
     ("Saved", (
         ("net_saved", "Saved, net of resets and escalations", "money"),
         ("saved_compression", "Saved by compression", "money"),
+        ("saved_tier", "Kept under a price tier (compression's part included)", "money"),
+        ("saved_tier_beyond", "Of that, the tier's premium (in the net)", "money"),
+        ("tier_saved_tokens", "Input tokens' worth kept under a price tier", "tokens"),
         ("reset_write_cost", "Cache writes resets caused", "money"),
         ("escalation_cost", "Self-Route escalations", "money"),
         ("tokens_saved", "Prompt tokens removed", "tokens"),
@@ -52,7 +55,7 @@ MODEL_COLUMNS = ("requests", "requests_compressed", "tokens_before", "tokens_aft
                  "net_saved", "resets", "warm_turns", "cold_turns", "observe_tokens_saved", "priced_share")
 KINDS = {name: kind for _, figures in SECTIONS for name, _, kind in figures}
 RECENT_COLUMNS = ("at", "model", "route", "action", "tokens_before", "tokens_after", "reset", "cache",
-                  "prices")
+                  "prices", "tier")
 COLORS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#4a5568")
 
 

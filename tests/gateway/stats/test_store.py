@@ -4,6 +4,7 @@ recorder never blocks its caller, however slow the store."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import time
@@ -23,9 +24,13 @@ from gateway.stats.store import SqliteStore, Store
 NOW = time.time()
 
 
+TIER = "billed=base; kept-under=40000"
+
+
 def _record(at: float, model: str = "m", before: int = 1000, after: int = 400) -> Record:
     row = Row(at=at, model=model, route="local", action="compressed", tokens_before=before,
-              tokens_after=after, reset=False, cache="warm", prices="litellm")
+              tokens_after=after, reset=False, cache="warm", prices="litellm",
+              tier=TIER if model == "a" else "")
     counts = {"requests": 1.0, "requests_compressed": 1.0, "tokens_before": float(before),
               "tokens_after": float(after), "tokens_saved": float(before - after),
               "saved_compression": (before - after) * 1e-6}
@@ -50,6 +55,7 @@ def _check_kept(store: Store) -> None:
     rows = store.recent(10)
     assert [r["model"] for r in rows] == ["b", "a", "a", "a"]  # newest first
     assert rows[0]["tokens_before"] == 50 and rows[0]["action"] == "compressed"
+    assert [r["tier"] for r in rows] == ["", TIER, TIER, TIER]  # "" for a model without a tier
 
 
 def _fill(store: Store) -> None:
@@ -135,6 +141,30 @@ def test_windows_are_cut_to_the_minute(kind: str, request: pytest.FixtureRequest
     assert seen == {"all": 7, "24h": 5, "1h": 2}
     one_hour = figures.read(store, "1h", now=NOW)
     assert len(one_hour["recent"]) == 2 and one_hour["models"]["m"]["tokens_saved"] == 1200
+    store.close()
+
+
+OLD_ROW = {"at": NOW - 10, "model": "a", "route": "local", "action": "compressed", "tokens_before": 9,
+           "tokens_after": 4, "reset": False, "cache": "", "prices": "litellm"}  # before the tier
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_rows_written_before_the_tier_read_with_an_empty_one(kind: str, tmp_path: Path,
+                                                             request: pytest.FixtureRequest) -> None:
+    """A store kept from a gateway without the tier: its old rows read with tier "", beside new rows
+    with theirs, so the page's column is never missing."""
+    if kind == "redis":
+        store: Store = RedisStore(request.getfixturevalue("redis_url"), retention_days=90, ring=100)
+        store.client.lpush("mixpr:stats:ring", json.dumps(OLD_ROW))
+    else:
+        path = tmp_path / "old.sqlite3"
+        with sqlite3.connect(path) as db:
+            db.executescript("CREATE TABLE ring (id INTEGER PRIMARY KEY AUTOINCREMENT, row TEXT);")
+            db.execute("INSERT INTO ring (row) VALUES (?)", (json.dumps(OLD_ROW),))
+        db.close()
+        store = SqliteStore(str(path), retention_days=90, ring=100)
+    _write(store, _record(NOW - 1, "a"))
+    assert [(r["tokens_before"], r["tier"]) for r in store.recent(10)] == [(1000, TIER), (9, "")]
     store.close()
 
 

@@ -1,6 +1,7 @@
 """A mixed run through a real gateway, for the operator's page tests: passthrough and compressed
-single questions, an agent conversation with a reset, observe mode, and two models, one without a
-price. Every prompt carries ``CANARY``, which must never reach the page, ``/stats`` or the store.
+single questions, an agent conversation with a reset, observe mode, a request kept under its model's
+long-context price line, and two models, one without a price. Every prompt carries ``CANARY``,
+which must never reach the page, ``/stats`` or the store.
 Also: reading the figures three ways (``/stats``, the page's ``data-stat`` elements, Prometheus)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import re
 import time
 from html.parser import HTMLParser
+from pydoc_data.topics import topics
 from typing import Any
 
 import httpx
@@ -23,7 +25,10 @@ FORMS = {"min_tokens": 400, "keep_tokens": 150, "keep": 0.1, "reset_min_tokens":
 PRICED = {"input_cost_per_token": 3e-6, "cache_read_input_token_cost": 3e-7,
           "cache_creation_input_token_cost": 3.75e-6}
 # routed-big is only escalated to: never prepared itself, so never in the figures.
-MODELS = ("agent", "plain", "observed", "routed", "cached")
+MODELS = ("agent", "plain", "observed", "routed", "cached", "tiered")
+# Billed 5x per input token past 40k (issue 56), with a window that would take 46k tokens whole.
+TIER = {"input_cost_per_token": 1e-6, "input_cost_per_token_above_40k_tokens": 5e-6}
+REFERENCE = "\n\n".join(topics[name] for name in sorted(topics))  # real text, in every Python
 # A fact the vault question never retrieves: compression drops it, only the whole text has it.
 ASIDE = "The miller's grey cat, who slept on the flour sacks, was called Biscuit."
 
@@ -45,10 +50,11 @@ def config(upstream_url: str, *, general: dict[str, Any]) -> dict[str, Any]:
                   self_route={"enabled": True, "fallback_model": "routed-big"}),
             entry("routed-big", 128_000, PRICED, "mode-needle-ui-big"),
             entry("cached", 3000, PRICED, "mode-cached"),  # its usage reports 8 cached prompt tokens
+            entry("tiered", 200_000, TIER),  # cut to just under its 40k price line
         ],
         "mixpr_settings": {"router": "heuristic", "token_margin": 0},
         "general_settings": {"master_key": KEY, "compression_workers": 1, "compression_executor": "thread",
-                             "shadow_share": 1, **general},
+                             "shadow_share": 1, "compression_timeout_s": 120, **general},
     }
 
 
@@ -79,6 +85,7 @@ def run(url: str, *, steps: int = 12) -> dict[str, int]:
     document = f"{ASIDE}\n\n{haystack(600, seed=2)}\n\n{QUESTION}"
     count(chat(url, "routed", single(document), needle="Biscuit"))  # the fake upstream's "unanswerable"
     count(chat(url, "cached", single("Say hello.")))
+    count(chat(url, "tiered", single(REFERENCE[:4 * 46_000] + "\n\nWhat is a generator?")))
     count(chat(url, "observed", single("Say hello.")))
     count(chat(url, "observed", single(haystack(400) + "\n\nWhat is the secret code?"), max_tokens=200))
     return seen
@@ -112,6 +119,7 @@ PROMETHEUS = {
     "provider_cache_written_tokens": ("mixpr_upstream_cached_tokens_total", {"kind": "written"}),
     "observe_tokens_original": ("mixpr_shadow_tokens_total", {"kind": "original"}),
     "observe_tokens_would_send": ("mixpr_shadow_tokens_total", {"kind": "would_send"}),
+    "tier_saved_tokens": ("mixpr_price_tier_saved_total", {}),
 }
 
 

@@ -19,13 +19,16 @@ from mixed_run import (
     CANARY,
     KEY,
     MODELS,
+    REFERENCE,
     UPSTREAM_KEY,
     agrees,
     chat,
     config,
+    counted,
     has_text,
     mismatches,
     page_figures,
+    prometheus,
     prometheus_figures,
     run,
     single,
@@ -130,6 +133,7 @@ def test_the_figures_equal_the_prometheus_counters(served: tuple[str, Path]) -> 
     assert data["models"]["plain"]["saved_compression"] == 0 < data["models"]["plain"]["tokens_saved"]
     assert data["models"]["agent"]["reset_write_cost"] > 0 and data["models"]["observed"]["observe_saved"] > 0
     assert data["models"]["cached"]["provider_cache_read_tokens"] == 8  # the fake upstream's usage
+    assert data["models"]["tiered"]["tier_saved_tokens"] > 0  # equal to mixpr_price_tier_saved, above
     routed = data["models"]["routed"]
     assert routed["escalations"] == 1 and routed["escalation_cost"] > 0
     assert routed["net_saved"] == routed["saved_compression"] - routed["escalation_cost"]
@@ -193,3 +197,31 @@ def test_a_store_that_cannot_be_read_is_a_503_and_requests_go_on(upstream: FakeU
     finally:
         server.stop()
         redis.stop()
+
+
+
+def test_a_request_kept_under_a_price_tier_shows_its_tier_and_saving(upstream: FakeUpstream) -> None:
+    """Issue 58's record has the tier per request, and the page what keeping under the line saved:
+    the same tokens' worth as the mixpr_price_tier_saved counter, its money once in the net saving."""
+    server = ServerThread(create_app(parse_config(config(upstream.base_url, general={})))).start()
+    try:
+        long = chat(server.url, "tiered", single(REFERENCE[:4 * 46_000] + "\n\nWhat is a generator?"))
+        assert long.headers["x-mixpr-price-tier"] == "billed=base; kept-under=40000"
+        chat(server.url, "plain", single("Say hello."))  # no tier
+        data = stats(server.url)
+        rows = {r["model"]: r for r in data["recent"]}
+        assert rows["tiered"]["tier"] == "billed=base; kept-under=40000" and rows["plain"]["tier"] == ""
+        tiered = data["models"]["tiered"]
+        counter = counted(prometheus(server.url), "mixpr_price_tier_saved_total", model="tiered")
+        assert tiered["tier_saved_tokens"] == counter > 40_000 * 4  # the client's 46k at 5x, less what went
+        assert tiered["saved_tier"] == pytest.approx(counter * 1e-6)
+        # The removed tokens are in saved_compression already: the net adds only the tier's premium.
+        beyond = tiered["saved_tier"] - tiered["saved_compression"]
+        assert tiered["saved_tier_beyond"] == pytest.approx(beyond) and beyond > 0
+        assert tiered["net_saved"] == pytest.approx(tiered["saved_tier"])
+        cookie = {session.COOKIE: session.issue(KEY, 60)}
+        page = httpx.get(server.url + "/ui", cookies=cookie, timeout=30).text
+        assert agrees(page_figures(page), data) == []
+        assert '<td data-recent="tier">billed=base; kept-under=40000</td>' in page
+    finally:
+        server.stop()
