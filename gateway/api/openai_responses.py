@@ -120,9 +120,7 @@ async def _relayed(gateway: Any, body: dict[str, Any], entry: Any, to: responses
 
 def _error_event(events: responses_relay.ResponseEvents, error: GatewayError) -> bytes:
     """The Responses API's ``error`` event, numbered after the upstream's last."""
-    event = {"type": "error", "sequence_number": events.count, "code": error.code or error.error_type,
-             "message": error.message, "param": error.param}
-    return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+    return responses_relay.error_event(error, events.count)
 
 
 def _check_model(body: Any) -> None:

@@ -8,7 +8,7 @@ out with only the model name (and any compressed texts, ``gateway.api.responses_
 the upstream's answer, or its events as they come, back byte for byte but for the ``model`` the
 client asked for. Errors go through the chat relay's mapping (``statuses.status_error``: the same
 statuses, bodies and redaction as every other upstream answer), and so does the text of an error
-event in a stream (``redaction.redact``).
+event in a stream (``sse.redacted``: its strings redacted once decoded).
 
 Which deployments take it (:func:`target`): ``model_info.responses_api`` when the operator set it;
 else OpenAI itself (an ``openai/`` model with no ``api_base``) and Azure (``azure/`` with an
@@ -31,11 +31,11 @@ import aiohttp
 import orjson
 
 from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
+from gateway.errors import GatewayError
 from gateway.run import offload
 from gateway.upstream import http, shapes, sse
 from gateway.upstream.chat_relay import openai_base, openai_headers
-from gateway.upstream.redaction import redact
-from gateway.upstream.statuses import ERROR_BODY_BYTES, status_error
+from gateway.upstream.statuses import ERROR_BODY_BYTES, answer_problem, status_error, stream_error
 
 # litellm_params the relay understands: where to send, with which key, how long to wait.
 CONNECTION_PARAMS = frozenset({"model", "api_base", "api_key", "api_version", "organization", "timeout",
@@ -116,6 +116,9 @@ async def send(client: http.Client, to: Target, body: dict[str, Any], *, model: 
                                                      client.policy.max_event_bytes))
     content = await http.read(response)
     on_usage(usage(content))
+    problem = answer_problem(content)
+    if problem is not None:  # not JSON, {"error": ...}, a Response whose status is "failed": as on chat
+        raise problem
     return Relayed(passed, content=shapes.renamed(content, RESPONSE, model))
 
 
@@ -139,17 +142,28 @@ class ResponseEvents(sse.Events):
         self.last_usage = b""
 
     def edit(self, event: bytes) -> bytes:
-        self.count += 1
+        if sse.data(event):  # a comment (": keep-alive") is no event: it takes no sequence number
+            self.count += 1
         kind = event_type(event)
+        error = sse.error_of(event)
+        if error is not None and not kind:  # vLLM's untyped {"error": ...}: the API's error event
+            event, kind = error_event(stream_error(error), self.count - 1), "error"
+        elif error is not None or kind in ERROR_EVENTS:  # redacted once decoded, as it came otherwise
+            event = sse.redacted(event)
         self.ended_well = self.ended_well or kind in ENDS
-        if kind in ERROR_EVENTS:
-            event = redact(event.decode("utf-8", errors="replace")).encode()
         if USAGE in event:
             self.last_usage = event
         return shapes.renamed_event(event, RESPONSE_EVENT, self.model)
 
     def closed(self) -> None:
         self.on_usage(_event_usage(self.last_usage))
+
+
+def error_event(error: GatewayError, sequence: int) -> bytes:
+    """The Responses API's ``error`` event for a mapped ``error``, numbered ``sequence``."""
+    event = {"type": "error", "sequence_number": sequence, "code": error.code or error.error_type,
+             "message": error.message, "param": error.param}
+    return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
 
 
 def event_type(event: bytes) -> str:
