@@ -176,8 +176,9 @@ def _chat_call(body: dict[str, Any], messages: list[dict[str, Any]], chat: dict[
     model, stream = body["model"], bool(body.get("stream"))
     control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in chat.items() if k not in NOT_FORWARDED}
-    if "prompt_cache_key" in body:  # LiteLLM's translation has no field for it
-        params["prompt_cache_key"] = body["prompt_cache_key"]
+    for key in ("prompt_cache_key", "prompt_cache_retention"):  # LiteLLM's translation has no field
+        if key in body:  # for them: forwarded, and the warmth check reads the retention the client asked
+            params[key] = body[key]
     if stream:  # response.completed reports the usage: ask the upstream for it, not an estimate
         params.setdefault("stream_options", {"include_usage": True})
     return ChatCall(model=model, messages=messages, params=params, control=control, stream=stream,

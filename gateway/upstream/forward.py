@@ -44,6 +44,9 @@ CLIENT_OPTIONS = frozenset({
 # connection), so the API adapters check them first.
 USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
 AUTH_STATUSES = frozenset({401, 403})
+# Parameters LiteLLM names for OpenAI but leaves off the wire for a model it does not know: sent in
+# extra_body, as the client sent them (the provider's cache retention the client asked for).
+AS_SENT = frozenset({"prompt_cache_retention"})
 # Credentials an upstream's error text may quote, each kept to its own alphabet (so the sentence
 # around it survives) and anchored at a word start (so "task-force" is no key):
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -128,7 +131,7 @@ def _split_params(
     for key, value in params.items():
         if key in ("model", "mixpr", "stream") or key in skip:
             continue
-        if key in known:
+        if key in known and key not in AS_SENT:
             kwargs[key] = value
         else:
             extra_body[key] = value

@@ -35,6 +35,7 @@ def sse_answer(*events: bytes, status: int = 200) -> Answer:
 class ScriptedUpstream:
     answers: dict[str, Answer] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)
+    bodies: list[dict] = field(default_factory=list)  # what each request sent, in order
     port: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -66,6 +67,7 @@ class ScriptedUpstream:
                 headers = {k.strip().lower(): v.strip() for k, _, v in fields}
                 body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))) or b"{}")
                 self.paths.append(lines[0].split(" ")[1])
+                self.bodies.append(body)
                 with self._lock:
                     answer = self.answers.get(str(body.get("model")), Answer(404, b'{"error": "unscripted"}'))
                 writer.write(f"HTTP/1.1 {answer.status} Status\r\nContent-Type: {answer.content_type}\r\n"
