@@ -90,6 +90,21 @@ def target(entry: ModelEntry, *, timeout: float) -> Target | None:
                   http.phases(float(seconds)))
 
 
+def not_honoured(entry: ModelEntry, *, timeout: float) -> str | None:
+    """Why a deployment that declares ``model_info.responses_api: true`` does not take the relay (the
+    start-up warning's words), or None when it takes it or declares nothing."""
+    if getattr(entry.model_info, "responses_api", None) is not True or target(entry, timeout=timeout):
+        return None
+    params = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
+    extra = sorted(set(params) - CONNECTION_PARAMS)
+    if extra:
+        return f"its litellm_params hold {', '.join(extra)}, which only LiteLLM's translation applies"
+    provider = entry.upstream_model.partition("/")[0]
+    if provider == "azure":
+        return "an Azure deployment needs its resource's api_base (or AZURE_API_BASE)"
+    return f"the relay speaks to openai/ and azure/ deployments, not {provider}/"
+
+
 def _serves_responses(entry: ModelEntry, provider: str, params: dict[str, Any]) -> bool:
     declared = getattr(entry.model_info, "responses_api", None)
     if provider == "azure":  # whatever is declared, an Azure deployment needs its resource's address

@@ -38,3 +38,23 @@ def test_an_api_base_without_user_info_is_taken() -> None:
 def test_an_infinite_price_or_share_is_refused(entry: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         parse_config(_config(**entry))
+
+
+BASE = "http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize("params, why", [
+    ({"model": "openai/acme-declared", "api_base": BASE, "extra_headers": {"x-a": "b"}}, "extra_headers"),
+    ({"model": "hosted_vllm/acme-declared", "api_base": BASE}, "not hosted_vllm/"),
+])
+def test_a_responses_api_the_relay_cannot_honour_is_a_start_up_warning(
+    params: dict[str, Any], why: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from gateway import create_app
+
+    config = parse_config({"model_list": [{"model_name": "m", "litellm_params": params,
+                                            "model_info": {"responses_api": True}}]})
+    with caplog.at_level("WARNING", logger="gateway.app"):
+        create_app(config)
+    [said] = [r.getMessage() for r in caplog.records if "responses_api" in r.getMessage()]
+    assert "model m" in said and why in said
