@@ -93,15 +93,32 @@ class Redactor:
     def from_config(cls, config: GatewayConfig, environ: Mapping[str, str] | None = None) -> Redactor:
         """Everything of the operator's in ``config`` and in ``environ`` (the process's by default)."""
         found = [*_environment(os.environ if environ is None else environ), *_known(config)]
-        return cls(dict(found))
+        return cls(_one_name_each(found))
 
     def merged(self, other: Redactor) -> Redactor:
-        return Redactor({**self.replacements, **other.replacements})
+        return Redactor(_one_name_each([*self.replacements.items(), *other.replacements.items()]))
 
     def __call__(self, text: str) -> str:
         if self._pattern is not None:
             text = self._pattern.sub(lambda m: self._lookup.get(_folded(m.group(0)), REDACTED), text)
         return KEY_LIKE.sub(_labelled, text)
+
+
+MODEL = "[model]"
+OWN_MARKS = (REDACTED, HOST, PATH)
+
+
+def _one_name_each(found: list[tuple[str, str]]) -> dict[str, str]:
+    """``found`` as one replacement a value, a secret's mark winning; an upstream model two aliases
+    share names neither (each alias's client would read the other's name): ``[model]``."""
+    out: dict[str, str] = {}
+    for value, replacement in found:
+        before = out.get(value)
+        if before is None or replacement in OWN_MARKS:
+            out[value] = replacement
+        elif before not in OWN_MARKS and before != replacement:
+            out[value] = MODEL
+    return out
 
 
 def _is_word(value: str) -> bool:

@@ -305,3 +305,16 @@ def test_no_answer_carries_an_operators_value(url: str, scripted: ScriptedUpstre
     response = _ask(url, route)
     assert not _leaks(response, scripted), (response.status_code, response.text)
     assert "internal error" not in response.text, response.text
+
+
+def test_two_aliases_of_one_upstream_model_never_name_each_other() -> None:
+    """``fast`` and ``cheap`` both route to ``acme-shared-v1``: an upstream's text naming it must not
+    tell ``fast``'s client about ``cheap`` (the last alias read used to win for both)."""
+    from gateway.upstream.redaction import Redactor
+
+    models = [{"model_name": alias, "litellm_params": {"model": "openai/acme-shared-v1", "api_key": KEY}}
+              for alias in ("fast", "cheap")]
+    known = Redactor.from_config(parse_config({"model_list": models}), environ={})
+    out = known(f"acme-shared-v1 is overloaded ({KEY})")
+    assert "acme-shared" not in out and "fast" not in out and "cheap" not in out and KEY not in out, out
+    assert out == "[model] is overloaded ([redacted])"
