@@ -68,6 +68,7 @@ class Relayed:
     headers: dict[str, str]
     content: bytes = b""
     stream: ResponseEvents | None = None
+    media_type: str = "application/json"  # events, when a stream was asked and a whole answer came
 
 
 def target(entry: ModelEntry, *, timeout: float) -> Target | None:
@@ -126,7 +127,8 @@ async def send(client: http.Client, to: Target, body: dict[str, Any], *, model: 
     if not 200 <= response.status < 300:
         raw = await http.read(response, ERROR_BODY_BYTES)
         raise status_error(to.url, to.model, response, raw)
-    if body.get("stream"):
+    whole = "json" in response.headers.get("content-type", "")  # anything else asked to stream: events
+    if body.get("stream") and not whole:
         return Relayed(passed, stream=ResponseEvents(response, model, on_usage,
                                                      client.policy.max_event_bytes))
     content = await http.read(response)
@@ -134,7 +136,24 @@ async def send(client: http.Client, to: Target, body: dict[str, Any], *, model: 
     problem = answer_problem(content)
     if problem is not None:  # not JSON, {"error": ...}, a Response whose status is "failed": as on chat
         raise problem
-    return Relayed(passed, content=shapes.renamed(content, RESPONSE, model))
+    content = shapes.renamed(content, RESPONSE, model)
+    if body.get("stream"):  # a stream asked, a whole Response answered: its events, so none of it is lost
+        return Relayed(passed, content=as_events(orjson.loads(content)), media_type="text/event-stream")
+    return Relayed(passed, content=content)
+
+
+def as_events(answer: dict[str, Any]) -> bytes:
+    """A whole Response as the events a stream of it ends with: ``response.created``, each output
+    item added and done, ``response.completed`` (what clients read the answer from)."""
+    started = {**answer, "status": "in_progress", "output": []}
+    kinds: list[tuple[str, dict[str, Any]]] = [("response.created", {"response": started})]
+    for index, item in enumerate(answer.get("output") or []):
+        kinds += [("response.output_item.added", {"output_index": index, "item": item}),
+                  ("response.output_item.done", {"output_index": index, "item": item})]
+    kinds.append(("response.completed", {"response": answer}))
+    return b"".join(f"event: {kind}\ndata: ".encode()
+                    + orjson.dumps({"type": kind, "sequence_number": n, **fields}) + b"\n\n"
+                    for n, (kind, fields) in enumerate(kinds))
 
 
 def _encoded(body: dict[str, Any]) -> bytes:

@@ -318,3 +318,19 @@ def test_two_aliases_of_one_upstream_model_never_name_each_other() -> None:
     out = known(f"acme-shared-v1 is overloaded ({KEY})")
     assert "acme-shared" not in out and "fast" not in out and "cheap" not in out and KEY not in out, out
     assert out == "[model] is overloaded ([redacted])"
+
+
+def test_a_stream_answered_with_a_whole_response_keeps_the_answer(url: str,
+                                                                  scripted: ScriptedUpstream) -> None:
+    """A streamed ``/v1/responses`` whose upstream answered plain JSON: its events, the answer in them."""
+    item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+            "content": [{"type": "output_text", "text": "The answer is 42.", "annotations": []}]}
+    answer = {"id": "resp_1", "object": "response", "status": "completed", "model": RESP, "output": [item],
+              "usage": {"input_tokens": 3, "output_tokens": 5, "total_tokens": 8}}
+    scripted.script(RESP, json_answer(200, answer))
+    response = _ask(url, "responses stream")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "response.completed", response.text
+    assert events[-1]["response"]["output"][0]["content"][0]["text"] == "The answer is 42."
+    assert events[-1]["response"]["model"] == "r" and RESP not in response.text
