@@ -40,7 +40,7 @@ from gateway.run.gate import Gate
 from gateway.run.workers import Workers
 from gateway.stats.opening import Stats, open_stats
 from gateway.ui import routes as ui_routes
-from gateway.upstream import patches, redaction
+from gateway.upstream import patches, redaction, responses_relay
 
 log = logging.getLogger("gateway.app")
 
@@ -168,12 +168,24 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def _warn_unhonoured(config: GatewayConfig) -> None:
+    """A ``responses_api: true`` the relay cannot honour is said at start-up, with why (it was ignored
+    without a word, and /v1/responses went through LiteLLM's translation)."""
+    timeout = config.general_settings.request_timeout_s
+    for entry in config.model_list:
+        why = responses_relay.not_honoured(entry, timeout=timeout)
+        if why:
+            log.warning("model %s declares responses_api: true, but /v1/responses goes through LiteLLM's "
+                        "translation: %s", entry.model_name, why)
+
+
 def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
     """The gateway for ``config``, to be served on ``host``; start it with any ASGI server
     (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key."""
     exposure.check_bind(config, host)
     patches.install()  # the gateway's own LiteLLM settings; the plug-in never installs them
     redaction.install(config)  # the operator's keys, hosts, model names and files, out of error texts
+    _warn_unhonoured(config)
     state = GatewayState(config, host)
     # FastAPI's own OpenTelemetry bridge looks its providers up on every request (and would record
     # exception messages, which can quote prompts); the gateway reports through /metrics.

@@ -10,6 +10,7 @@ import logging
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -50,7 +51,8 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # an infinite share, price or timeout is no setting (it passed every bound): refused by name
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SelfRoute(_Strict):
@@ -200,7 +202,7 @@ class MixprOverrides(_Strict):
 
 
 class ModelInfo(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     max_input_tokens: int | None = Field(None, ge=1)
     # The longest reply the model gives: what a max_tokens that leaves the prompt no room is lowered
@@ -216,6 +218,14 @@ class ModelInfo(BaseModel):
     responses_api: bool | None = None
 
 
+def _has_user_info(url: str) -> bool:
+    try:
+        parts = urlsplit(url if "//" in url else "//" + url)
+    except ValueError:  # not a URL at all: LiteLLM reports it in its own words
+        return False
+    return parts.username is not None or parts.password is not None
+
+
 class ModelEntry(_Strict):
     model_name: str = Field(min_length=1)
     litellm_params: dict[str, Any]
@@ -228,6 +238,19 @@ class ModelEntry(_Strict):
     def _needs_model(cls, value: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(value.get("model"), str) or not value["model"]:
             raise ValueError("litellm_params.model is required (e.g. openai/gpt-4o-mini)")
+        return value
+
+    @field_validator("litellm_params")
+    @classmethod
+    def _no_user_info(cls, value: dict[str, Any]) -> dict[str, Any]:
+        # aiohttp refuses a URL with user-info beside an Authorization header, so every relayed request
+        # would fail as a 500: refused here, naming the field (never the password)
+        for key, url in value.items():
+            if isinstance(url, str) and key.endswith(("_base", "base_url")) and _has_user_info(url):
+                raise ValueError(
+                    f"litellm_params.{key} holds a user name or password (user:pass@host), which the "
+                    f"gateway does not send in a URL: give the host alone in {key} and the credentials "
+                    "as a header (extra_headers: {Authorization: 'Basic <base64 of user:pass>'})")
         return value
 
     @field_validator("managed_server")

@@ -115,14 +115,12 @@ async def _relayed(gateway: Any, body: dict[str, Any], entry: Any, to: responses
     if reply.stream is not None:
         events = relayed_events(reply.stream, functools.partial(_error_event, reply.stream))
         return event_stream(events, headers, upstream=reply.stream)
-    return Response(reply.content, media_type="application/json", headers=headers)
+    return Response(reply.content, media_type=reply.media_type, headers=headers)
 
 
 def _error_event(events: responses_relay.ResponseEvents, error: GatewayError) -> bytes:
     """The Responses API's ``error`` event, numbered after the upstream's last."""
-    event = {"type": "error", "sequence_number": events.count, "code": error.code or error.error_type,
-             "message": error.message, "param": error.param}
-    return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
+    return responses_relay.error_event(error, events.count)
 
 
 def _check_model(body: Any) -> None:
@@ -178,8 +176,9 @@ def _chat_call(body: dict[str, Any], messages: list[dict[str, Any]], chat: dict[
     model, stream = body["model"], bool(body.get("stream"))
     control = parse_control(body.get("mixpr"), headers)
     params = {k: v for k, v in chat.items() if k not in NOT_FORWARDED}
-    if "prompt_cache_key" in body:  # LiteLLM's translation has no field for it
-        params["prompt_cache_key"] = body["prompt_cache_key"]
+    for key in ("prompt_cache_key", "prompt_cache_retention"):  # LiteLLM's translation has no field
+        if key in body:  # for them: forwarded, and the warmth check reads the retention the client asked
+            params[key] = body[key]
     if stream:  # response.completed reports the usage: ask the upstream for it, not an estimate
         params.setdefault("stream_options", {"include_usage": True})
     return ChatCall(model=model, messages=messages, params=params, control=control, stream=stream,

@@ -43,7 +43,7 @@ from gateway.config import ModelEntry
 from gateway.errors import UpstreamError
 from gateway.upstream import http, shapes, sse
 from gateway.upstream.forward import ROUTER_ONLY_PARAMS, supported_params
-from gateway.upstream.statuses import ERROR_BODY_BYTES, status_error, stream_error
+from gateway.upstream.statuses import ERROR_BODY_BYTES, error_in, status_error, stream_error
 
 log = logging.getLogger("gateway.upstream.relay")
 
@@ -160,6 +160,9 @@ class Relay:
         except orjson.JSONDecodeError:
             raise UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
                                 code="upstream_invalid_response") from None
+        error = error_in(answer)
+        if error is not None:  # a 2xx that is an error (OpenRouter's, once a model started): the one exit
+            raise stream_error(error)
         usage = answer.get("usage") if isinstance(answer, dict) else None
         return shapes.renamed(raw, shapes.CHAT, model), usage if isinstance(usage, dict) else None
 

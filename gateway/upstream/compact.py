@@ -19,7 +19,7 @@ import orjson
 from gateway.config import ModelEntry
 from gateway.upstream import http
 from gateway.upstream.chat_relay import openai_base, openai_headers
-from gateway.upstream.statuses import answer_error
+from gateway.upstream.statuses import answer_error, answer_problem
 
 PATH = "/responses/compact"
 
@@ -50,6 +50,9 @@ async def relay(client: http.Client, to: Target, body: dict[str, Any], seconds: 
                                  http.phases(seconds))
     content = await http.read(response)
     if 200 <= response.status < 300:
+        problem = answer_problem(content)
+        if problem is not None:  # a 2xx that is an error (or no JSON) leaves by the one exit too
+            raise problem
         return content
     if response.status in (404, 405) and not _names_model(content, to.model):
         raise NoEndpoint(response.status)

@@ -27,7 +27,7 @@ from litellm.types.llms.openai import ValidUserMessageContentTypes
 from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
 from gateway.run import offload
-from gateway.upstream.redaction import redact
+from gateway.upstream.redaction import decoded, redact, redact_escaped, redacted, said
 
 log = logging.getLogger("gateway.upstream.forward")
 # Importing this module changes nothing in LiteLLM or the openai SDK: the gateway's process-wide
@@ -44,6 +44,9 @@ CLIENT_OPTIONS = frozenset({
 # connection), so the API adapters check them first.
 USER_PART_TYPES = tuple(ValidUserMessageContentTypes)
 AUTH_STATUSES = frozenset({401, 403})
+# Parameters LiteLLM names for OpenAI but leaves off the wire for a model it does not know: sent in
+# extra_body, as the client sent them (the provider's cache retention the client asked for).
+AS_SENT = frozenset({"prompt_cache_retention"})
 # Credentials an upstream's error text may quote, each kept to its own alphabet (so the sentence
 # around it survives) and anchored at a word start (so "task-force" is no key):
 STATUS_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -128,7 +131,7 @@ def _split_params(
     for key, value in params.items():
         if key in ("model", "mixpr", "stream") or key in skip:
             continue
-        if key in known:
+        if key in known and key not in AS_SENT:
             kwargs[key] = value
         else:
             extra_body[key] = value
@@ -277,7 +280,7 @@ def map_error(exc: BaseException) -> GatewayError:
     status = status if isinstance(status, int) and 400 <= status <= 599 else 502
     if status in AUTH_STATUSES:
         return auth_failed(status)
-    error = _upstream_error_object(exc, status)
+    error = _upstream_error_object(exc, causes, status)
     for field in ("message", "param", "type", "code"):  # every string the upstream chose
         if isinstance(error.get(field), str):
             error[field] = redact(error[field])
@@ -324,8 +327,10 @@ def _is_connection_failure(exc: BaseException) -> bool:
     )
 
 
-def _upstream_error_object(exc: BaseException, status: int) -> dict[str, Any]:
-    """The upstream's own error object when it sent one, else one built from the exception."""
+def _upstream_error_object(exc: BaseException, causes: list[BaseException], status: int) -> dict[str, Any]:
+    """The upstream's own error object when it sent one, else one built from its decoded body, else
+    from the exception. Never from the exception's text when a body is known: the SDK formats a body
+    that is not OpenAI's through repr, whose escapes (``\\n``) hide what follows from redaction."""
     body = getattr(exc, "body", None)
     if isinstance(body, dict) and isinstance(body.get("error"), dict):
         body = body["error"]
@@ -337,8 +342,24 @@ def _upstream_error_object(exc: BaseException, status: int) -> dict[str, Any]:
         detail = body["detail"]
         return error_json(_detail_message(detail), fallback, param=_detail_param(detail))["error"]
     code = "context_length_exceeded" if isinstance(exc, litellm.ContextWindowExceededError) else None
-    message = str(getattr(exc, "message", "") or exc) or f"Upstream error ({status})."
+    message = redact_escaped(str(getattr(exc, "message", "") or exc)) or f"Upstream error ({status})."
+    if isinstance(body, str):  # TGI's {"error": "<text>"}: the text, decoded
+        message = _text_of(body)
+    elif code is None and (said_by := _cause_body(causes)) is not None:  # {"errors": [...]}, or dropped
+        message = f"Error code: {status} - {_text_of(said_by)}"
     return error_json(message, fallback, code=code)["error"]
+
+
+def _text_of(body: Any) -> str:
+    """What a body the openai SDK kept says, redacted once decoded: a text that is not JSON (an event
+    stream where none was asked for) through ``redaction.decoded`` too."""
+    return said(decoded(body) if isinstance(body, str) else redacted(body))
+
+
+def _cause_body(causes: list[BaseException]) -> Any:
+    """The upstream's decoded body, as the openai SDK kept it on one of the causes (LiteLLM's own
+    exception may hold none, or a text that formats the body through repr)."""
+    return next((c.body for c in causes if getattr(c, "body", None) is not None), None)  # type: ignore[attr-defined]
 
 
 def _detail_message(detail: Any) -> str:

@@ -59,8 +59,16 @@ KEY_LIKE = re.compile(
 LABELS = ("sk", "prefix", "auth", "bearer", "azure", "aws", "scheme")
 # Environment variables LiteLLM and the relays read: their values are the operator's as much as the
 # config's (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``AWS_SECRET_ACCESS_KEY``, ...).
-ENV_URL = re.compile(r"_(?:API_BASE|BASE_URL|API_URL|ENDPOINT)$")
-ENV_SECRET = re.compile(r"(?:KEY|SECRET|TOKEN|PASSWORD|CREDENTIALS?)(?:_ID)?$")
+# A forward proxy's URL (``HTTPS_PROXY``, which both paths read) names a host of the operator's too.
+ENV_URL = re.compile(r"_(?:API_BASE|BASE_URL|API_URL|ENDPOINT)$|^(?:HTTPS?|ALL)_PROXY$")
+# A secret's word anywhere between underscores: LiteLLM's ``AWS_BEARER_TOKEN_BEDROCK`` as much as
+# ``OPENAI_API_KEY`` (but not ``TOKENIZERS_PARALLELISM``).
+ENV_SECRET = re.compile(r"(?:KEY|SECRET|TOKEN|PASSWORD|CREDENTIALS?)(?:_ID)?$"
+                        r"|(?:^|_)(?:KEY|SECRET|TOKEN|PASSWORD|CREDENTIALS?)_")
+# Headers whose values are the protocol's, not the operator's (a config may still set them).
+PUBLIC_HEADERS = frozenset({"content-type", "accept", "user-agent", "anthropic-version", "anthropic-beta",
+                            "openai-beta"})
+HEADER_PARAMS = frozenset({"extra_headers", "headers", "default_headers"})
 
 
 def _labelled(match: re.Match[str]) -> str:
@@ -85,15 +93,32 @@ class Redactor:
     def from_config(cls, config: GatewayConfig, environ: Mapping[str, str] | None = None) -> Redactor:
         """Everything of the operator's in ``config`` and in ``environ`` (the process's by default)."""
         found = [*_environment(os.environ if environ is None else environ), *_known(config)]
-        return cls(dict(found))
+        return cls(_one_name_each(found))
 
     def merged(self, other: Redactor) -> Redactor:
-        return Redactor({**self.replacements, **other.replacements})
+        return Redactor(_one_name_each([*self.replacements.items(), *other.replacements.items()]))
 
     def __call__(self, text: str) -> str:
         if self._pattern is not None:
             text = self._pattern.sub(lambda m: self._lookup.get(_folded(m.group(0)), REDACTED), text)
         return KEY_LIKE.sub(_labelled, text)
+
+
+MODEL = "[model]"
+OWN_MARKS = (REDACTED, HOST, PATH)
+
+
+def _one_name_each(found: list[tuple[str, str]]) -> dict[str, str]:
+    """``found`` as one replacement a value, a secret's mark winning; an upstream model two aliases
+    share names neither (each alias's client would read the other's name): ``[model]``."""
+    out: dict[str, str] = {}
+    for value, replacement in found:
+        before = out.get(value)
+        if before is None or replacement in OWN_MARKS:
+            out[value] = replacement
+        elif before not in OWN_MARKS and before != replacement:
+            out[value] = MODEL
+    return out
 
 
 def _is_word(value: str) -> bool:
@@ -108,13 +133,20 @@ def _folded(value: str) -> str:
 
 
 def _alternation(replacements: Mapping[str, str]) -> re.Pattern[str] | None:
-    """One pattern for every value, the longest first (a URL before its host), each a whole token:
-    a model named ``echo`` is not replaced inside ``echoes``."""
+    """One pattern for every value, the longest first (a URL before its host). A name or a host is a
+    whole token of ASCII (a model named ``echo`` is not replaced inside ``echoes``); a secret is matched
+    wherever it stands, a letter glued to it (``...c2e41é``) hides nothing."""
     if not replacements:
         return None
     values = sorted(replacements, key=len, reverse=True)
-    each = [re.escape(v) if _is_word(v) else f"(?i:{re.escape(v)})" for v in values]
-    return re.compile(r"(?<![\w.\-])(?:" + "|".join(each) + r")(?![\w\-])")
+    each = [_one(v, whole=replacements[v] != REDACTED or _is_word(v)) for v in values]
+    return re.compile("|".join(each))
+
+
+def _one(value: str, *, whole: bool) -> str:
+    spelled = re.escape(value) if _is_word(value) else f"(?i:{re.escape(value)})"
+    # a token of ASCII: a name glued to a letter of another script (a decoded ``\\u00e9``) is still named
+    return rf"(?<![A-Za-z0-9_.\-]){spelled}(?![A-Za-z0-9_\-])" if whole else spelled
 
 
 def _known(config: GatewayConfig) -> Iterator[tuple[str, str]]:
@@ -144,12 +176,37 @@ def _environment(environ: Mapping[str, str]) -> Iterator[tuple[str, str]]:
 
 
 def _param(key: str, value: Any) -> Iterator[tuple[str, str]]:
-    if not isinstance(value, str) or key == "model":
+    """A ``litellm_params`` value: a URL's host and user-info, a secret, or (nested: headers,
+    ``extra_body``) every string it holds, walked to the bottom."""
+    if key == "model":
         return
-    if key.endswith(("_base", "_url", "base_url", "endpoint")):
+    if isinstance(value, dict):
+        yield from _nested(value, headers=key.lower() in HEADER_PARAMS)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _nested({key: item}, headers=False)
+    elif isinstance(value, str) and key.endswith(("_base", "_url", "base_url", "endpoint")):
         yield from _url(value)
-    elif any(word in key.lower() for word in SECRET_WORDS):
+    elif isinstance(value, str) and any(word in key.lower() for word in SECRET_WORDS):
         yield from _secret(value)
+
+
+def _nested(values: Mapping[str, Any], *, headers: bool) -> Iterator[tuple[str, str]]:
+    """Every string of a nested setting: a header's value is a credential as often as not
+    (``x-tenant-token``), and so is any string the operator buried in ``extra_body``; a plain word
+    (``auto``, ``medium``) is matched only as spelled, and only a header's is taken at all."""
+    for key, value in values.items():
+        name = str(key).lower()
+        if headers and name in PUBLIC_HEADERS:
+            continue
+        if isinstance(value, str) and name.endswith(("_base", "_url", "endpoint")):
+            yield from _url(value)
+        elif isinstance(value, str) and (headers or not _is_word(value)):
+            yield from _secret(value)
+        elif isinstance(value, str):
+            yield from _param(name, value)
+        elif isinstance(value, dict | list):
+            yield from _param(name, value)
 
 
 def _secret(value: str | None) -> Iterator[tuple[str, str]]:
@@ -204,19 +261,75 @@ def redact_body(raw: bytes) -> bytes:
     string redacted once decoded, so no escape is cut in two), any other is redacted as text."""
     try:
         payload = json.loads(raw)
-    except ValueError:
-        return redact(raw.decode("utf-8", errors="replace")).encode()
-    return json.dumps(_redacted(payload), ensure_ascii=False).encode()
+    except (ValueError, RecursionError):
+        return redact_text(raw.decode("utf-8", errors="replace")).encode()
+    return json.dumps(redacted(payload), ensure_ascii=False).encode()
 
 
-def _redacted(value: Any) -> Any:
+def redacted(value: Any) -> Any:
+    """A decoded JSON value with every string in it (keys too) redacted."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {redact(k): _redacted(v) for k, v in value.items()}
+        return {redact(k): redacted(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_redacted(v) for v in value]
+        return [redacted(v) for v in value]
     return value
+
+
+def decoded(text: str) -> Any:
+    """An error body's JSON with every string redacted once decoded (an escape such as ``\\n`` or
+    Go's ``\\u003c`` no longer sits in front of a key); a body that is not JSON, :func:`redact_text`."""
+    try:
+        return redacted(json.loads(text))
+    except (ValueError, RecursionError):
+        return redact_text(text)
+
+
+def redact_text(text: str) -> str:
+    """Text that is not JSON redacted, but for its ``data:`` lines whose value is (an event stream sent
+    where an error body was expected): those redacted once decoded, as every JSON value is."""
+    if "data:" not in text:
+        return redact(text)
+    return "".join(_data_line(line) if line.startswith("data:") else redact(line)
+                   for line in text.splitlines(keepends=True))
+
+
+def _data_line(line: str) -> str:
+    value = line[5:].strip()
+    try:
+        payload = json.loads(value)
+    except (ValueError, RecursionError):
+        return redact(line)
+    ending = line[len(line.rstrip("\r\n")):]
+    return "data: " + json.dumps(redacted(payload), ensure_ascii=False) + ending
+
+
+def said(payload: Any) -> str:
+    """What an error body says, as its decoded strings (never a repr, whose escapes would hide what
+    follows them): its ``message``, ``error`` (TGI's is a string), ``errors`` (a list) or ``detail``."""
+    if isinstance(payload, str):
+        return payload
+    if isinstance(payload, list):
+        return "; ".join(said(item) for item in payload[:5])
+    if isinstance(payload, dict):
+        for key in ("message", "error", "errors", "detail"):
+            if payload.get(key):
+                return said(payload[key])
+    return json.dumps(payload, ensure_ascii=False, default=str)
+
+
+# An escape as repr and JSON write them: in text only ever seen escaped (an exception's message
+# quoting a body), each piece between two escapes is redacted as if the escape were a line break.
+# A run of backslashes takes its letter with it: escaped twice (a repr of JSON), ``\\\\n`` is one escape.
+ESCAPE = re.compile(r"(\\+(?:u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|[nrtbf'\"/])?)")
+
+
+def redact_escaped(text: str) -> str:
+    """Text that quotes a body escaped (LiteLLM's "Empty or invalid response ... '<body>'"), with no
+    decoded form to redact: every piece between escapes redacted on its own, so the ``n`` of a ``\\n``
+    hides nothing. Decoded values (:func:`redacted`) are the rule; this is for text that has none."""
+    return "".join(piece if i % 2 else redact(piece) for i, piece in enumerate(ESCAPE.split(text)))
 
 
 def redact(text: str) -> str:

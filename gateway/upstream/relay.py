@@ -22,7 +22,7 @@ import litellm
 
 from gateway.config import ModelEntry
 from gateway.run import offload
-from gateway.upstream import forward, http, redaction, shapes, sse
+from gateway.upstream import forward, http, redaction, shapes, sse, statuses
 from gateway.upstream.betas import Betas
 
 DEFAULT_BASE = "https://api.anthropic.com"
@@ -89,8 +89,12 @@ async def send(client: http.Client, entry: ModelEntry, body: dict[str, Any], hea
         return Relayed(response.status, {**passed, "content-type": "application/json"},
                        content=_error_body(response.status, await http.read(response)))
     if not body.get("stream"):
-        content = shapes.renamed(await http.read(response), shapes.MESSAGE, model)
-        return Relayed(response.status, passed, content=content)
+        raw = await http.read(response)
+        problem = statuses.answer_problem(raw)
+        if problem is not None:  # a 2xx that is Anthropic's {"type": "error"}, or no JSON: as its event
+            return Relayed(problem.status_code, {**passed, "content-type": "application/json"},
+                           content=_encoded(sse.anthropic_error(problem)))
+        return Relayed(response.status, passed, content=shapes.renamed(raw, shapes.MESSAGE, model))
     return Relayed(response.status, passed,
                    stream=MessageEvents(response, model, client.policy.max_event_bytes))
 
@@ -120,7 +124,7 @@ def _error_body(status: int, raw: bytes) -> bytes:
         return redaction.redact_body(raw)
     kind = "api_error" if status >= 500 else "invalid_request_error"
     text = raw.decode("utf-8", errors="replace").strip() or f"Upstream error ({status})."
-    return _encoded({"type": "error", "error": {"type": kind, "message": redaction.redact(text)}})
+    return _encoded({"type": "error", "error": {"type": kind, "message": redaction.redact_text(text)}})
 
 
 def _encoded(body: dict[str, Any]) -> bytes:

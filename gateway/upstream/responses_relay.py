@@ -8,7 +8,7 @@ out with only the model name (and any compressed texts, ``gateway.api.responses_
 the upstream's answer, or its events as they come, back byte for byte but for the ``model`` the
 client asked for. Errors go through the chat relay's mapping (``statuses.status_error``: the same
 statuses, bodies and redaction as every other upstream answer), and so does the text of an error
-event in a stream (``redaction.redact``).
+event in a stream (``sse.redacted``: its strings redacted once decoded).
 
 Which deployments take it (:func:`target`): ``model_info.responses_api`` when the operator set it;
 else OpenAI itself (an ``openai/`` model with no ``api_base``) and Azure (``azure/`` with an
@@ -31,11 +31,11 @@ import aiohttp
 import orjson
 
 from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
+from gateway.errors import GatewayError
 from gateway.run import offload
 from gateway.upstream import http, shapes, sse
 from gateway.upstream.chat_relay import openai_base, openai_headers
-from gateway.upstream.redaction import redact
-from gateway.upstream.statuses import ERROR_BODY_BYTES, status_error
+from gateway.upstream.statuses import ERROR_BODY_BYTES, answer_problem, status_error, stream_error
 
 # litellm_params the relay understands: where to send, with which key, how long to wait.
 CONNECTION_PARAMS = frozenset({"model", "api_base", "api_key", "api_version", "organization", "timeout",
@@ -68,6 +68,7 @@ class Relayed:
     headers: dict[str, str]
     content: bytes = b""
     stream: ResponseEvents | None = None
+    media_type: str = "application/json"  # events, when a stream was asked and a whole answer came
 
 
 def target(entry: ModelEntry, *, timeout: float) -> Target | None:
@@ -88,6 +89,21 @@ def target(entry: ModelEntry, *, timeout: float) -> Target | None:
     key = params.get("api_key") or os.environ.get("OPENAI_API_KEY") or ""
     return Target(str(openai_base(params)).rstrip("/") + "/responses", name, openai_headers(str(key), params),
                   http.phases(float(seconds)))
+
+
+def not_honoured(entry: ModelEntry, *, timeout: float) -> str | None:
+    """Why a deployment that declares ``model_info.responses_api: true`` does not take the relay (the
+    start-up warning's words), or None when it takes it or declares nothing."""
+    if getattr(entry.model_info, "responses_api", None) is not True or target(entry, timeout=timeout):
+        return None
+    params = {k: v for k, v in entry.litellm_params.items() if k not in ROUTER_ONLY_PARAMS}
+    extra = sorted(set(params) - CONNECTION_PARAMS)
+    if extra:
+        return f"its litellm_params hold {', '.join(extra)}, which only LiteLLM's translation applies"
+    provider = entry.upstream_model.partition("/")[0]
+    if provider == "azure":
+        return "an Azure deployment needs its resource's api_base (or AZURE_API_BASE)"
+    return f"the relay speaks to openai/ and azure/ deployments, not {provider}/"
 
 
 def _serves_responses(entry: ModelEntry, provider: str, params: dict[str, Any]) -> bool:
@@ -111,12 +127,33 @@ async def send(client: http.Client, to: Target, body: dict[str, Any], *, model: 
     if not 200 <= response.status < 300:
         raw = await http.read(response, ERROR_BODY_BYTES)
         raise status_error(to.url, to.model, response, raw)
-    if body.get("stream"):
+    whole = "json" in response.headers.get("content-type", "")  # anything else asked to stream: events
+    if body.get("stream") and not whole:
         return Relayed(passed, stream=ResponseEvents(response, model, on_usage,
                                                      client.policy.max_event_bytes))
     content = await http.read(response)
     on_usage(usage(content))
-    return Relayed(passed, content=shapes.renamed(content, RESPONSE, model))
+    problem = answer_problem(content)
+    if problem is not None:  # not JSON, {"error": ...}, a Response whose status is "failed": as on chat
+        raise problem
+    content = shapes.renamed(content, RESPONSE, model)
+    if body.get("stream"):  # a stream asked, a whole Response answered: its events, so none of it is lost
+        return Relayed(passed, content=as_events(orjson.loads(content)), media_type="text/event-stream")
+    return Relayed(passed, content=content)
+
+
+def as_events(answer: dict[str, Any]) -> bytes:
+    """A whole Response as the events a stream of it ends with: ``response.created``, each output
+    item added and done, ``response.completed`` (what clients read the answer from)."""
+    started = {**answer, "status": "in_progress", "output": []}
+    kinds: list[tuple[str, dict[str, Any]]] = [("response.created", {"response": started})]
+    for index, item in enumerate(answer.get("output") or []):
+        kinds += [("response.output_item.added", {"output_index": index, "item": item}),
+                  ("response.output_item.done", {"output_index": index, "item": item})]
+    kinds.append(("response.completed", {"response": answer}))
+    return b"".join(f"event: {kind}\ndata: ".encode()
+                    + orjson.dumps({"type": kind, "sequence_number": n, **fields}) + b"\n\n"
+                    for n, (kind, fields) in enumerate(kinds))
 
 
 def _encoded(body: dict[str, Any]) -> bytes:
@@ -139,17 +176,28 @@ class ResponseEvents(sse.Events):
         self.last_usage = b""
 
     def edit(self, event: bytes) -> bytes:
-        self.count += 1
+        if sse.data(event):  # a comment (": keep-alive") is no event: it takes no sequence number
+            self.count += 1
         kind = event_type(event)
+        error = sse.error_of(event)
+        if error is not None and not kind:  # vLLM's untyped {"error": ...}: the API's error event
+            event, kind = error_event(stream_error(error), self.count - 1), "error"
+        elif error is not None or kind in ERROR_EVENTS:  # redacted once decoded, as it came otherwise
+            event = sse.redacted(event)
         self.ended_well = self.ended_well or kind in ENDS
-        if kind in ERROR_EVENTS:
-            event = redact(event.decode("utf-8", errors="replace")).encode()
         if USAGE in event:
             self.last_usage = event
         return shapes.renamed_event(event, RESPONSE_EVENT, self.model)
 
     def closed(self) -> None:
         self.on_usage(_event_usage(self.last_usage))
+
+
+def error_event(error: GatewayError, sequence: int) -> bytes:
+    """The Responses API's ``error`` event for a mapped ``error``, numbered ``sequence``."""
+    event = {"type": "error", "sequence_number": sequence, "code": error.code or error.error_type,
+             "message": error.message, "param": error.param}
+    return b"event: error\ndata: " + json.dumps(event).encode() + b"\n\n"
 
 
 def event_type(event: bytes) -> str:

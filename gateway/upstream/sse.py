@@ -20,8 +20,9 @@ from typing import Any
 import aiohttp
 import anyio
 
-from gateway.errors import UpstreamError
-from gateway.upstream.statuses import stream_error, transport_error
+from gateway.errors import GatewayError, UpstreamError
+from gateway.upstream import redaction
+from gateway.upstream.statuses import ERROR_WORDS, error_in, stream_error, transport_error
 
 log = logging.getLogger("gateway.upstream.sse")
 
@@ -31,6 +32,7 @@ MAX_EVENT_BYTES = 16 << 20  # one event (a whole tool call's arguments, say) up 
 BLANK_LINE = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
 LOOKBACK = 3  # a blank line is at most 4 bytes: it may start 3 bytes before the newest read
 LINE_END = re.compile(rb"\r\n|\r|\n")
+LINE_TEXT_END = re.compile(r"\r\n|\r|\n")
 
 
 class EventTooLarge(UpstreamError):
@@ -96,24 +98,41 @@ def data(event: bytes) -> bytes:
     return b"\n".join(values)
 
 
-ERROR_KEY = b'"error"'
 ERROR_NAME = re.compile(rb"(?:^|[\r\n])event:\s?error[\r\n]")
 
 
 def error_of(event: bytes) -> Any | None:
-    """The ``error`` of an event whose data is an object with one (OpenAI's ``{"error": ...}``,
-    Anthropic's ``{"type": "error", "error": ...}``), or of an ``event: error`` whatever its data
-    (plain text: the text); None for any other event."""
+    """The error an event carries, whatever its type: an object that is one (``statuses.error_in``:
+    OpenAI's ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``), a Response that failed
+    (``response.failed``), or an ``event: error`` whatever its data (plain text: the text); None for
+    any other event."""
     named = ERROR_NAME.search(event) is not None
-    if not named and ERROR_KEY not in event:  # most events: no parse
+    if not named and not ERROR_WORDS.search(event):  # most events: no parse
         return None
     try:
         payload = json.loads(data(event))
-    except ValueError:  # not JSON: an error only when the event says so
+    except (ValueError, RecursionError):  # not JSON: an error only when the event says so
         return {"message": data(event).decode("utf-8", errors="replace")} if named else None
-    if isinstance(payload, dict) and payload.get("error"):
-        return payload["error"]
-    return payload if named else None
+    found = error_in(payload)
+    if found is None and isinstance(payload, dict):
+        found = error_in(payload.get("response"))
+    return found if found is not None or not named else payload
+
+
+def redacted(event: bytes) -> bytes:
+    """``event`` with every string of its data redacted once decoded, then encoded again (on the raw
+    text, the ``n`` of an escaped ``\\n`` or Go's ``\\u003c`` would sit in front of a key and hide it);
+    its other lines, and data that is not JSON, redacted as text."""
+    text = event.decode("utf-8", errors="replace")
+    body = text.rstrip("\r\n")
+    lines = LINE_TEXT_END.split(body)
+    fields = [redaction.redact(line) for line in lines if not line.startswith("data:")]
+    try:
+        payload = json.loads(data(event))
+    except (ValueError, RecursionError):  # plain text: no escapes to hide behind
+        return redaction.redact(text).encode()
+    encoded = json.dumps(redaction.redacted(payload), ensure_ascii=False, separators=(",", ":"))
+    return "\n".join([*fields, "data: " + encoded]).encode() + text[len(body):].encode()
 
 
 def error_event(event: bytes, *, anthropic: bool = False) -> bytes:
@@ -124,10 +143,14 @@ def error_event(event: bytes, *, anthropic: bool = False) -> bytes:
         return event
     mapped = stream_error(error)
     if anthropic:
-        # its own type (overloaded_error) kept, redacted as the message is
-        payload = {"type": "error", "error": {"type": mapped.error_type, "message": mapped.message}}
-        return b"event: error\ndata: " + json.dumps(payload).encode() + b"\n\n"
+        return b"event: error\ndata: " + json.dumps(anthropic_error(mapped)).encode() + b"\n\n"
     return b"data: " + json.dumps(mapped.to_json()).encode() + b"\n\n"
+
+
+def anthropic_error(mapped: GatewayError) -> dict[str, Any]:
+    """A mapped error in Anthropic's shape: its own type (``overloaded_error``) kept, redacted as the
+    message is."""
+    return {"type": "error", "error": {"type": mapped.error_type, "message": mapped.message}}
 
 
 class Events:

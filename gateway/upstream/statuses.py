@@ -11,6 +11,7 @@ mapping and ``redaction``."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,10 +21,12 @@ import litellm
 import openai
 from litellm.litellm_core_utils.exception_mapping_utils import ExceptionCheckers
 
-from gateway.errors import GatewayError
+from gateway.errors import GatewayError, UpstreamError
+from gateway.upstream import redaction
 from gateway.upstream.forward import map_error
 
 ERROR_BODY_BYTES = 1 << 20  # an error answer is read up to this much
+ERROR_WORDS = re.compile(rb'"(?:error|errors|detail|failed)"')  # what a 2xx that is an error holds
 
 STATUS_ERRORS: dict[int, type[openai.APIStatusError]] = {
     400: openai.BadRequestError, 401: openai.AuthenticationError, 403: openai.PermissionDeniedError,
@@ -48,12 +51,10 @@ def answer_error(url: str, model: str, status: int, headers: Mapping[str, str], 
         return map_error(openai.APITimeoutError(request=request))
     answer = httpx.Response(status, headers=list(headers.items()), content=raw, request=request)
     text = raw.decode("utf-8", errors="replace").strip()
-    payload: Any = text
-    try:
-        payload = json.loads(text)
-        message = f"Error code: {status} - {payload}"
-    except ValueError:
-        message = text or f"Error code: {status}"
+    payload = redaction.decoded(text)
+    # as the openai SDK words it ("Error code: 500 - ..."), but from the decoded, redacted strings
+    message = payload if isinstance(payload, str) else f"Error code: {status} - {redaction.said(payload)}"
+    message = message or f"Error code: {status}"
     data = payload.get("error", payload) if isinstance(payload, dict) else payload
     if status == 400 and ExceptionCheckers.is_error_str_context_window_exceeded(text):
         # LiteLLM turns these into its ContextWindowExceededError (code context_length_exceeded,
@@ -65,6 +66,51 @@ def answer_error(url: str, model: str, status: int, headers: Mapping[str, str], 
     fallback = openai.InternalServerError if status >= 500 else openai.APIStatusError
     kind = STATUS_ERRORS.get(status) or fallback
     return map_error(kind(message, response=answer, body=data))
+
+
+def error_in(payload: Any) -> Any | None:
+    """The error a 2xx answer says it is, whatever its status: OpenAI's (OpenRouter's, once a model
+    has started) ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``, a Response whose
+    ``status`` is ``failed``, FastAPI's ``detail`` or a list of ``errors`` (no answer of any API has
+    those at its top); None for an answer."""
+    if not isinstance(payload, dict):
+        return None
+    if payload.get("error"):
+        return payload["error"]
+    if payload.get("detail") or payload.get("errors"):
+        return {"message": redaction.said(payload)}
+    if payload.get("type") == "error":  # Anthropic's, or a Responses error event: the object itself
+        return payload.get("error") or payload
+    if payload.get("status") == "failed":
+        return payload.get("error") or {"message": "The upstream model failed."}
+    return None
+
+
+def answer_problem(raw: bytes) -> GatewayError | None:
+    """What is wrong with a 2xx body every API answers as a JSON object: not one (a proxy's page, an
+    event stream where none was asked for) a 502 ``upstream_invalid_response``, as the chat relay
+    has it; an error object (:func:`answer_failure`) the one exit's mapping; else None."""
+    try:
+        is_object = isinstance(json.loads(raw), dict)
+    except (ValueError, RecursionError):
+        is_object = False
+    if not is_object:
+        return UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
+                             code="upstream_invalid_response")
+    return answer_failure(raw)
+
+
+def answer_failure(raw: bytes) -> GatewayError | None:
+    """:func:`stream_error` of a 2xx body that is an error (:func:`error_in`), else None: it leaves by
+    the same exit as a non-2xx one, mapped and redacted."""
+    if not ERROR_WORDS.search(raw):  # most answers: no parse
+        return None
+    try:
+        payload = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    error = error_in(payload)
+    return None if error is None else stream_error(error)
 
 
 def stream_error(error: Any) -> GatewayError:

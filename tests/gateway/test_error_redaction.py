@@ -83,7 +83,9 @@ def test_the_patterns_catch_what_the_config_does_not_hold(text: str) -> None:
 
 def test_every_secret_of_the_config_is_known(tmp_path: Any) -> None:
     managed = {"kind": "xllamacpp", "model_path": LEAK_PATH, "port": 8099}
-    raw = _config("https://user:pa55word@llm.acme.example/v1")
+    raw = _config("https://llm.acme.example/v1")  # user-info in an api_base is refused (issue 57)
+    raw["general_settings"].update(form_cache_url="redis://user:pa55word@llm.acme.example:6379/0",
+                                   deployment_secret="d" * 32)
     raw["model_list"].append({"model_name": "local", "litellm_params": {"model": "openai/local"},
                               "managed_server": managed})
     known = redaction.Redactor.from_config(parse_config(raw))
