@@ -11,12 +11,10 @@ best match are kept, so a question the earlier text does not answer adds little.
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +31,13 @@ KEEP_SHARE = 0.1
 # With first-sight forms to leave out, MixPR is asked for this many times the cap: the passages they
 # already hold are dropped and the best of the rest fill it.
 WIDEN = 1.25
-SENT_WORDS = 4  # a unit shorter than this is known as sent only where the walk stands (``Known``)
-# What lies between two kept units of a sent text: blanks, gap marks ("[…]", "[… lines 12–40 omitted
-# …]", "[... 9 lines ...]"), the evidence block's tags.
-_SKIP = re.compile(r"(?:\s|…|\[(?:…|\.\.\.)[^\]\n]*\]|<earlier_context[^>]*>|</earlier_context>)*")
+SENT_WORDS = 4  # a unit shorter than this is not known as sent by being found in what was sent
 _WORD = re.compile(r"[^\W_]{3,}")
 # Where a kept span is split into the units compared with what was sent before: line ends, and
-# sentence ends in a line.
+# sentence ends in a long line (a page flattened to one line, a contract clause).
 _LINE = re.compile(r"\n+")
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+(?=\S)")
+LONG_LINE_CHARS = 300
 MIN_TOKENS = 64  # a block smaller than this is not worth its tags
 # A follow-up over a small document still gets this share of the room (what sizing by the room alone
 # gave every follow-up before sizing by the document).
@@ -73,9 +69,8 @@ class Spent:
         """The next block's tokens: ``wanted``, at most what is still unsent (its tags included)."""
         return min(wanted, self.unsent - TAG_TOKENS)
 
-    def present(self) -> tuple[str, ...]:
-        """What was sent of the documents, each text apart: each is aligned with them on its own."""
-        return tuple(self.sent)
+    def present(self) -> str:
+        return "\n".join(self.sent)
 
     def salt(self) -> str:
         """The next block's name salt: the documents and everything sent of them so far."""
@@ -104,26 +99,24 @@ def _update(digest: Any, text: str) -> None:
 
 
 def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
-                 present: str | Sequence[str] = "") -> tuple[str, int]:
+                 present: str = "") -> tuple[str, int]:
     """In a worker: the evidence block for ``question`` from the earlier ``texts`` (whole: a later
     reset may send less of them than their first forms did, and the block must not depend on it),
     within ``cap`` tokens, and its tokens; ("", 0) when nothing matches. Passages that ``present``
     (the texts' first-sight forms, sent before the question) already holds are not repeated: MixPR
     is asked for ``WIDEN`` times the cap, and of the new passages the best matches with the
     question fill the cap, in the document's order."""
-    sent = [text for text in ([present] if isinstance(present, str) else present) if text]
     joined = SEPARATOR.join([*texts, question])
     starts = _starts(texts)
-    asked = int(cap * (WIDEN if sent else 1)) + count_tokens(question, model)
+    asked = int(cap * (WIDEN if present else 1)) + count_tokens(question, model)
     result = mixpr.engine.compress(joined, budget_tokens=asked, route="local", model=model,
                             boundaries=[*starts, starts[-1] + len(texts[-1])],
                             query_span=(len(joined) - len(question), len(joined)))
     # Unit by unit, whatever span MixPR returned (a budget over the text returns it as one span),
     # before touching units are joined into passages.
-    known = Known(joined, [unit for start, text in zip(starts, texts, strict=True)
-                           for unit in units(joined, (start, start + len(text)))], sent)
-    spans = [unit for span in result.spans for unit in units(joined, span) if not known.holds(unit)]
-    found = [p for p in _passages(spans, texts, starts, joined) if not any(p in text for text in sent)]
+    spans = [unit for span in result.spans for unit in units(joined, span)
+             if not _sent(joined[unit[0]:unit[1]].strip(), present)]
+    found = [p for p in _passages(spans, texts, starts, joined) if p not in present]
     passages = _best(found, _scores(found, question), cap, model)
     if not passages:
         return "", 0
@@ -131,48 +124,12 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
     return block, count_tokens(block, model)
 
 
-class Known:
-    """Which units of the documents were sent, decided by their place: each text sent (a form, an
-    earlier block) keeps the documents' order, so it is walked once beside the documents' units. A
-    unit of ``SENT_WORDS`` words or more is found anywhere after the last one found; a shorter one
-    (a table's row, a log line, a "Yes.", a redaction mark "[***].") only right where the walk stands,
-    past blanks and gap marks: finding its few characters somewhere else says nothing about this
-    one, but a row of a table the form kept is the next thing in the form when its turn comes."""
-
-    def __init__(self, joined: str, doc_units: list[tuple[int, int]], sent: Sequence[str]) -> None:
-        texts = [joined[lo:hi].strip() for lo, hi in doc_units]
-        once = {unit for unit, n in Counter(texts).items() if n == 1}
-        found: set[int] = set()
-        for text in sent:
-            found.update(_aligned(texts, once, text))
-        self.spans = [doc_units[k] for k in sorted(found)]
-        self.starts = [lo for lo, _ in self.spans]
-
-    def holds(self, unit: tuple[int, int]) -> bool:
-        """Whether ``unit`` (offsets in the documents) lies inside a unit that was sent."""
-        at = bisect.bisect_right(self.starts, unit[0]) - 1
-        return at >= 0 and self.spans[at][0] <= unit[0] and unit[1] <= self.spans[at][1]
-
-
-def _aligned(units: list[str], once: set[str], text: str) -> list[int]:
-    """The numbers of the documents' ``units`` that ``text`` holds, in one walk in their order. A long
-    unit is sent wherever ``text`` holds it (its words are there already); one the documents hold
-    ``once`` also moves the walk to it (a sentence they repeat may stand at another of its places).
-    A short one counts only where the walk stands."""
-    found, at = [], 0
-    for number, unit in enumerate(units):
-        if len(_WORD.findall(unit)) >= SENT_WORDS:
-            where = text.find(unit, at) if unit in once else -1
-            if where < 0 and unit in text:
-                found.append(number)
-                continue
-        else:
-            where = _SKIP.match(text, at).end()  # type: ignore[union-attr]  # (it matches the empty string)
-            where = where if text.startswith(unit, where) else -1
-        if where >= 0:
-            found.append(number)
-            at = where + len(unit)
-    return found
+def _sent(unit: str, present: str) -> bool:
+    """Whether ``present`` holds ``unit``: only a unit of ``SENT_WORDS`` words or more says so. A
+    redaction mark ("[***].") or a "Yes." is in many places, so finding it says nothing about this
+    passage, and dropping it cut the clause it ends short (the passage-level check in
+    ``evidence_job`` still drops one that stands alone)."""
+    return bool(present) and len(_WORD.findall(unit)) >= SENT_WORDS and unit in present
 
 
 def wanted(room: int, document: int, share: float, document_share: float) -> float:
@@ -245,11 +202,13 @@ def distinctive(question: str, template: frozenset[str]) -> str:
 
 
 def units(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
-    """``span`` of ``text`` as its lines, each line as its sentences: the units that are compared with
-    what was sent before, so a passage already sent is left out whatever span held it (a form keeps
-    sentences: the last sentence of a wrapped line may be sent while the rest of the line is not)."""
+    """``span`` of ``text`` as its lines, a long line as its sentences: the units that are compared
+    with what was sent before, so a passage already sent is left out whatever span held it."""
     lo, hi = span
-    return [unit for line in _pieces(_LINE, text, lo, hi) for unit in _pieces(_SENTENCE, text, *line)]
+    out = []
+    for line in _pieces(_LINE, text, lo, hi):
+        out += _pieces(_SENTENCE, text, *line) if line[1] - line[0] > LONG_LINE_CHARS else [line]
+    return out
 
 
 def _pieces(pattern: re.Pattern[str], text: str, lo: int, hi: int) -> list[tuple[int, int]]:
