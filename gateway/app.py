@@ -59,17 +59,26 @@ class GatewayState:
         self.started = False
         self.failure: str | None = None  # why a managed server did not come up
         self._starting: asyncio.Task[None] | None = None
+        self._warming: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
         return self.started and not self.problems()
+
+    @property
+    def warming(self) -> bool:
+        """True until the compression pool and this process's tokenizers are warm (issue 59)."""
+        return not self.started or (self._warming is not None and not self._warming.done())
 
     def problems(self) -> list[str]:
         """What keeps the gateway from serving every model, one line per component; [] when ready."""
         found = [f"model {name!r}: {server.problem}"
                  for name, server in self.managed.items() if not server.ready]
         if self.chat is not None:
-            found += self.chat.compressor.workers.problems()
+            workers = self.chat.compressor.workers
+            found += workers.problems()
+            if self.warming and not found:  # a worker is up: requests are served, not yet at full speed
+                found.append(f"compression pool: warming up, {workers.live()} of {workers.size} ready")
         return found
 
     @asynccontextmanager
@@ -83,10 +92,12 @@ class GatewayState:
         self.metrics.workers_live.set_function(workers.live)  # read at each scrape
         defaults = self.config.mixpr_settings
         auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
-        await compressor.start(with_router=auto)
         self.managed = self._managed_servers()
         self.chat.managed = self.managed
-        # Models load in the background: liveliness answers at once, readiness once they answer.
+        # The pool, and models, warm in the background (workers import MixPR for seconds): liveliness
+        # answers at once, readiness once they are warm, and a request that comes sooner waits for the
+        # first warm worker (issue 59).
+        self._warming = asyncio.create_task(self._warm(compressor, with_router=auto))
         self._starting = asyncio.create_task(self._start_managed())
         freeze_startup_objects()
         self.started = True
@@ -94,9 +105,10 @@ class GatewayState:
             yield
         finally:
             self.started = False
-            self._starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._starting
+            for task in (self._warming, self._starting):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await self._stop_managed()
             await self.chat.aclose()
             compressor.close()
@@ -122,6 +134,13 @@ class GatewayState:
     def starting(self) -> bool:
         """True until every managed server has been started once (or one failed to)."""
         return not self.started or (self._starting is not None and not self._starting.done())
+
+    async def _warm(self, compressor: Compressor, *, with_router: bool) -> None:
+        try:
+            await compressor.start(with_router=with_router)
+        except Exception as exc:  # readiness says so; the process stays up to answer liveliness
+            self.failure = f"compression: {type(exc).__name__}: {exc}"
+            log.error("warming the compression pool failed: %s", exc)
 
     async def _start_managed(self) -> None:
         for server in self.managed.values():
@@ -225,7 +244,7 @@ async def readiness(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ready"})
     if gateway.failure:
         body = {"status": "failed", "error": gateway.failure, "problems": problems}
-    elif gateway.starting:
+    elif gateway.starting or gateway.warming:
         body = {"status": "starting", "problems": problems}
     else:
         body = {"status": "unavailable", "problems": problems}

@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import mixpr.embedding
 import mixpr.engine
 from gateway.compress import conversation, policy
 from gateway.compress.policy import Control, Target
@@ -344,6 +345,9 @@ def _warm_up(with_router: bool) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
     _hold_for_tests(START_SUFFIX)
     _load_tokenizers()
+    # scikit-learn, which mixpr.embedding imports only when it first weighs words (the gateway's own
+    # process never does when workers are processes): here, so the first job does not pay its import.
+    mixpr.embedding.unit_rows(mixpr.embedding.embed(["warm up", "the worker"]))
     if with_router:
         import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
 

@@ -92,12 +92,17 @@ class Workers:
         self._closed = False
 
     async def start(self, warm_up: Callable[..., Any], *args: Any) -> None:
-        """Start every worker and run ``warm_up`` in it now (imports take seconds), not on the first job."""
+        """Start every worker and run ``warm_up`` in it now (imports take seconds), not on the first job;
+        returns when all are warm.
+
+        Each worker takes jobs as soon as it is warm, so a job that comes during the start waits for
+        the first one rather than for all. A worker that cannot be started is retried as a replacement
+        would be, and readiness says why (a gateway warming in the background has nobody to raise to).
+        """
         self._warm_up = functools.partial(warm_up, *args)
-        for worker in await asyncio.gather(*(self._spawn() for _ in range(self.size))):
-            self._add(worker)
         if self.kind == "process":
             self._watch = asyncio.create_task(self._watch_idle())
+        await asyncio.gather(*(self._start_one("warming up") for _ in range(self.size)))
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` on a worker; a crash is retried once on another, then ``JobFailed``."""
@@ -138,7 +143,7 @@ class Workers:
         if self._respawning:
             reasons = ", ".join(sorted(set(self._respawning.values())))
             found.append(f"compression pool: no worker can serve, {len(self._respawning)} of {self.size} "
-                         f"restarting ({reasons})")
+                         f"starting ({reasons})")
         if self._failing:
             found.append(f"compression pool: no worker can serve, a worker could not be started "
                          f"({self._failing})")
@@ -206,10 +211,14 @@ class Workers:
         log.warning("compression worker %s replaced after a %s", worker.pid, reason)
         if self._metrics is not None:
             self._metrics.worker_restarts.labels(reason).inc()
-        why = "after a worker died" if reason == "crash" else "after a job timed out"
+        self._start_one("after a worker died" if reason == "crash" else "after a job timed out")
+
+    def _start_one(self, why: str) -> asyncio.Task[None]:
+        """A worker started in the background; ``why`` is what readiness says until it is up."""
         task = asyncio.create_task(self._respawn())
         self._respawning[task] = why
         task.add_done_callback(self._respawning.pop)
+        return task
 
     async def _respawn(self) -> None:
         attempt = 0
