@@ -65,9 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     options = server_options(args)
     if args.workers == 1:
         # Listening at once; the gateway is imported and built behind it (gateway.starting, issue 59).
-        app = Starting(functools.partial(build_app, config, args.host))
-        uvicorn.run(app, **options)
-        return START_FAILED if app.failure else 0
+        # If that fails, the server stops and the exit code says so, as when the build came first.
+        app = Starting(functools.partial(build_app, config, args.host),
+                       stop=lambda: setattr(server, "should_exit", True))
+        server = uvicorn.Server(uvicorn.Config(app, **options))
+        server.run()
+        return START_FAILED if app.failure or not server.started else 0
     # Several processes use every core for the HTTP and LiteLLM work; they share no state, so
     # this is the same as several instances behind a load balancer, on one port.
     os.environ["MIXPR_CONFIG"] = os.path.abspath(args.config)

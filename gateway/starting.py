@@ -37,8 +37,11 @@ START_FAILED = 3  # uvicorn's own exit code for a lifespan that failed to start
 class Starting:
     """Serves ``build()``'s app once built; until then answers health itself and holds other requests."""
 
-    def __init__(self, build: Callable[[], ASGIApp]) -> None:
+    def __init__(self, build: Callable[[], ASGIApp], *, stop: Callable[[], None] | None = None) -> None:
+        """``stop``: how to stop the server when the gateway fails to start (default: SIGTERM to this
+        process; uvicorn has no way to fail a start it has already answered)."""
         self._build = build
+        self._stop = stop or _terminate
         self._app: ASGIApp | None = None
         self._inner: _Lifespan | None = None
         self._built: asyncio.Event | None = None  # made on the server's loop, in the lifespan
@@ -79,9 +82,7 @@ class Starting:
         except Exception as exc:
             self.failure = f"{type(exc).__name__}: {exc}"
             log.error("the gateway failed to start: %s", self.failure)
-            # uvicorn has no way to fail a start already answered: stop it as SIGTERM would, and the
-            # CLI exits with START_FAILED, as it did when the build came before listening.
-            signal.raise_signal(signal.SIGTERM)
+            self._stop()
         else:
             self._inner, self._app = inner, app
         finally:
@@ -127,6 +128,10 @@ class _Lifespan:
             with contextlib.suppress(Exception):
                 await self._task  # the error was logged by the app; its message is in ``message``
             raise RuntimeError(message.get("message") or f"lifespan {phase} failed")
+
+
+def _terminate() -> None:
+    signal.raise_signal(signal.SIGTERM)
 
 
 async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
