@@ -26,7 +26,7 @@ from gateway.api import (
     responses_compact,
 )
 from gateway.api.common import authorize, state
-from gateway.compress.compressor import Compressor
+from gateway.compress.compressor import Compressor, needs_router, pool_for
 from gateway.config import GatewayConfig
 from gateway.core.after_response import AfterResponse
 from gateway.core.chat import ChatService
@@ -49,8 +49,9 @@ NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False, "operation_sp
 class GatewayState:
     """Everything a request needs, built once per app; services start in the lifespan."""
 
-    def __init__(self, config: GatewayConfig, host: str) -> None:
+    def __init__(self, config: GatewayConfig, host: str, workers: Workers | None = None) -> None:
         self.config = config
+        self._early = workers  # a pool the CLI made and started early (gateway.starting); used once
         self.loopback_only = exposure.is_loopback(host)  # then Host must name loopback too
         self.metrics = Metrics()
         self.chat: ChatService | None = None
@@ -84,14 +85,13 @@ class GatewayState:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
-        workers = Workers(workers=general.compression_workers, executor=general.compression_executor,
-                          timeout_s=general.compression_timeout_s, metrics=self.metrics)
+        workers, self._early = self._early or pool_for(self.config), None  # a pool per lifespan
+        workers.metrics = self.metrics
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,
                                 max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
         self.metrics.workers_live.set_function(workers.live)  # read at each scrape
-        defaults = self.config.mixpr_settings
-        auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
+        auto = needs_router(self.config)
         self.managed = self._managed_servers()
         self.chat.managed = self.managed
         # The pool, and models, warm in the background (workers import MixPR for seconds): liveliness
@@ -168,13 +168,14 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
+def create_app(config: GatewayConfig, *, host: str = "127.0.0.1", workers: Workers | None = None) -> FastAPI:
     """The gateway for ``config``, to be served on ``host``; start it with any ASGI server
-    (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key."""
+    (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key.
+    ``workers``: its compression pool, when already made (and maybe started) for ``config``."""
     exposure.check_bind(config, host)
     patches.install()  # the gateway's own LiteLLM settings; the plug-in never installs them
     redaction.install(config)  # the operator's keys, hosts, model names and files, out of error texts
-    state = GatewayState(config, host)
+    state = GatewayState(config, host, workers)
     # FastAPI's own OpenTelemetry bridge looks its providers up on every request (and would record
     # exception messages, which can quote prompts); the gateway reports through /metrics.
     app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None,

@@ -37,8 +37,10 @@ START_FAILED = 3  # uvicorn's own exit code for a lifespan that failed to start
 class Starting:
     """Serves ``build()``'s app once built; until then answers health itself and holds other requests."""
 
-    def __init__(self, build: Callable[[], ASGIApp], *, stop: Callable[[], None] | None = None) -> None:
-        """``stop``: how to stop the server when the gateway fails to start (default: SIGTERM to this
+    def __init__(self, build: Callable[[asyncio.AbstractEventLoop], ASGIApp], *,
+                 stop: Callable[[], None] | None = None) -> None:
+        """``build(loop)`` runs in a thread; ``loop`` is the server's, for work it starts early.
+        ``stop``: how to stop the server when the gateway fails to start (default: SIGTERM to this
         process; uvicorn has no way to fail a start it has already answered)."""
         self._build = build
         self._stop = stop or _terminate
@@ -76,7 +78,7 @@ class Starting:
 
     async def _start(self) -> None:
         try:
-            app = await asyncio.to_thread(self._build)
+            app = await asyncio.to_thread(self._build, asyncio.get_running_loop())
             inner = _Lifespan(app)
             await inner.startup()
         except Exception as exc:
@@ -141,11 +143,19 @@ async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
     await send({"type": "http.response.body", "body": payload})
 
 
-def build_app(config: Any, host: str) -> ASGIApp:
-    """The gateway for ``config`` on ``host``: imported here, in the build's thread, not at start."""
+def build_app(config: Any, host: str, loop: asyncio.AbstractEventLoop) -> ASGIApp:
+    """The gateway for ``config`` on ``host``: imported here, in the build's thread, not at start.
+
+    Its compression pool starts first, on the server's loop: the workers' imports (MixPR, scikit-learn,
+    the tokenizers) then run beside the gateway's own (LiteLLM) rather than after, on another core.
+    """
+    from gateway.compress.compressor import needs_router, pool_for, start_pool
+
+    workers = pool_for(config)
+    asyncio.run_coroutine_threadsafe(start_pool(workers, with_router=needs_router(config)), loop)
     from gateway.app import create_app
 
-    return create_app(config, host=host)
+    return create_app(config, host=host, workers=workers)
 
 
 def app_from_env() -> Starting:
@@ -153,7 +163,7 @@ def app_from_env() -> Starting:
     return Starting(_app_from_env)
 
 
-def _app_from_env() -> ASGIApp:
+def _app_from_env(loop: asyncio.AbstractEventLoop) -> ASGIApp:
     from gateway.app import app_from_env as build
 
     return build()

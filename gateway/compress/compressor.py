@@ -28,7 +28,7 @@ import mixpr.engine
 from gateway.compress import conversation, policy
 from gateway.compress.policy import Control, Target
 from gateway.compress.route_cache import RouteCache
-from gateway.config import MixprSettings
+from gateway.config import GatewayConfig, MixprSettings
 from gateway.errors import CompressionFailed, CompressionUnavailable, ContextLengthExceeded, Overloaded
 from gateway.run import offload
 from gateway.run.bridge import Ticket
@@ -91,6 +91,23 @@ class Outcome:
     cache: str | None = None  # "cold" or "warm": the provider's cache, as far as the gateway knows
 
 
+def pool_for(config: GatewayConfig) -> Workers:
+    """The worker pool ``config`` asks for (not started)."""
+    general = config.general_settings
+    return Workers(workers=general.compression_workers, executor=general.compression_executor,
+                   timeout_s=general.compression_timeout_s)
+
+
+def needs_router(config: GatewayConfig) -> bool:
+    """Whether any model asks the auto router, whose LiteLLM the workers then import as they start."""
+    return any(m.settings(config.mixpr_settings).router == "auto" for m in config.model_list)
+
+
+async def start_pool(workers: Workers, *, with_router: bool) -> None:
+    """Start ``workers`` and warm each as compression needs it (``Compressor.start`` does this too)."""
+    await workers.start(_warm_up, with_router)
+
+
 class Compressor:
     """The router cache, and the decision of what reaches the upstream; jobs run on ``workers``."""
 
@@ -106,7 +123,7 @@ class Compressor:
     async def start(self, *, with_router: bool) -> None:
         # Short texts are counted in this process too: loading a tokenizer takes a second or more,
         # which on the first request's loop would stall every other request.
-        await asyncio.gather(self.workers.start(_warm_up, with_router), offload.run(_load_tokenizers))
+        await asyncio.gather(start_pool(self.workers, with_router=with_router), offload.run(_load_tokenizers))
 
     def close(self) -> None:
         self.workers.close()

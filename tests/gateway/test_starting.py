@@ -4,6 +4,7 @@ and a build that fails says so and stops the server."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import threading
 import time
@@ -32,7 +33,7 @@ class HeldBuild:
         self.fail = fail
         self.stopped = threading.Event()
 
-    def __call__(self) -> Any:
+    def __call__(self, loop: asyncio.AbstractEventLoop) -> Any:
         assert self.release.wait(120)
         if self.fail is not None:
             raise self.fail
