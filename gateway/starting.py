@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -159,11 +160,14 @@ def build_app(config: Any, host: str, loop: asyncio.AbstractEventLoop) -> ASGIAp
 
 
 def app_from_env() -> Starting:
-    """``gateway.app.app_from_env`` behind ``Starting``: what each uvicorn worker process serves."""
+    """What each uvicorn worker process serves (``--workers`` > 1): the gateway for the config file
+    named by ``MIXPR_CONFIG``, on ``MIXPR_HOST``, as ``gateway.app.app_from_env`` builds it, behind
+    ``Starting``."""
     return Starting(_app_from_env)
 
 
 def _app_from_env(loop: asyncio.AbstractEventLoop) -> ASGIApp:
-    from gateway.app import app_from_env as build
+    from gateway.config import load_config
 
-    return build()
+    config = load_config(os.environ.get("MIXPR_CONFIG", "config.yaml"))
+    return build_app(config, os.environ.get("MIXPR_HOST", "127.0.0.1"), loop)
