@@ -141,6 +141,10 @@ class GatewayState:
         except Exception as exc:  # readiness says so; the process stays up to answer liveliness
             self.failure = f"compression: {type(exc).__name__}: {exc}"
             log.error("warming the compression pool failed: %s", exc)
+            return
+        # The tokenizers' tables loaded since the start's freeze: frozen too, as when the warm-up came
+        # first. Only what is not yet frozen is walked, so this collection is short.
+        freeze_startup_objects()
 
     async def _start_managed(self) -> None:
         for server in self.managed.values():
