@@ -156,7 +156,14 @@ def build_app(config: Any, host: str, loop: asyncio.AbstractEventLoop) -> ASGIAp
     asyncio.run_coroutine_threadsafe(start_pool(workers, with_router=needs_router(config)), loop)
     from gateway.app import create_app
 
-    return create_app(config, host=host, workers=workers)
+    # Only the import, which is the cost, runs in this thread; create_app (about a millisecond) runs
+    # on the server's thread, where the gateway was always built.
+    made = asyncio.run_coroutine_threadsafe(_call(create_app, config, host=host, workers=workers), loop)
+    return made.result()
+
+
+async def _call(make: Callable[..., ASGIApp], *args: Any, **kwargs: Any) -> ASGIApp:
+    return make(*args, **kwargs)
 
 
 def app_from_env() -> Starting:
