@@ -42,6 +42,11 @@ RUN python -m venv /opt/venv \
 WORKDIR /app
 # Baked default; mount your own over it: -v "$PWD/config.yaml:/app/config.yaml:ro"
 COPY config.yaml /app/config.yaml
+# The operator's page keeps its figures here (config.yaml's stats_path); mount a volume to keep them
+# across containers: -v mixpr-data:/data
+RUN mkdir /data && chown 10001:10001 /data
+ENV MIXPR_STATS_PATH=/data/mixpr-stats.sqlite3
+VOLUME /data
 
 USER 10001:10001
 EXPOSE 4000

@@ -69,7 +69,7 @@ import httpx
 import numpy as np
 
 from bench import agent_floor, agent_losses, agent_oracle, agent_prices
-from bench.conversation import FakeUpstream, ServerThread, rendered
+from bench.conversation import FakeUpstream, ServerThread, Tier, parse_tier, rendered
 from bench.data import data_dir
 from bench.provenance import library_version
 from gateway import create_app
@@ -97,6 +97,8 @@ GATEWAY: dict[str, dict[str, Any]] = {
 # Gateway settings run by name only (not in the default list): cost mode without the cold-turn reset,
 # what --pauses compares cost mode with (issue #46).
 MORE: dict[str, dict[str, Any]] = {
+    # The defaults on a 1M-window model: what it compresses is what ``--tier`` prices (issue 56).
+    "long": {"model_info": {"max_input_tokens": 1_000_000}},
     "cost-warm": {"model_info": {"max_input_tokens": 1_000_000},
                   "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000,
                             "prefix": {"cold_reset": False}}},
@@ -106,6 +108,7 @@ LABELS = {
     "defaults": "gateway, 32k-window model, defaults",
     "cost": "gateway, cost mode (compress above 16k to 8k)",
     "cost-warm": "gateway, cost mode without the cold-turn reset",
+    "long": "gateway, 1M-window model, defaults",
     "head-tail": "client: tool outputs over 4,000 chars cut to head + tail",
     "mask": "client: outputs older than the last 5 masked",
     "litellm": "client: litellm.compress() before each request (16k -> 8k)",
@@ -384,7 +387,7 @@ def through_gateway(http: httpx.Client, upstream: FakeUpstream, messages: list[M
 
 
 def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent], tokens: Tokens,
-           pauses: Pauses | None = None) -> dict[str, Any]:
+           pauses: Pauses | None = None, tier: Tier | None = None) -> dict[str, Any]:
     """Every step of one run: what was sent, priced per request, evidence per step. ``pauses``: the
     steps before which the client pauses past the cache's lifetime (the replay waits there only when
     ``pauses.wait``: a gateway must see the time pass; a client-side cut does not care)."""
@@ -429,11 +432,13 @@ def replay(run: Trajectory, send: Callable[[list[Message], list[dict]], Sent], t
         step["openai_cached"] = sum(c.openai_read for c in mine)
         step["anthropic_cached"] = sum(c.anthropic_read for c in mine)
     _recovered(run, steps, founds, views, tokens)
-    lists = {name: {"openai": sum(c.openai(prices) for c in costs),
-                    "anthropic": sum(c.anthropic(prices) for c in costs)}
+    times = [tier.of(c.tokens) if tier else 1.0 for c in costs]  # a request past the tier's line
+    lists = {name: {"openai": sum(t * c.openai(prices) for t, c in zip(times, costs, strict=True)),
+                    "anthropic": sum(t * c.anthropic(prices) for t, c in zip(times, costs, strict=True))}
              for name, prices in agent_prices.PRICE_LISTS.items()}
     return {"id": run.id, "index": run.index, "framework": run.framework, "steps": steps,
             "tokens": sum(c.tokens for c in costs), **lists["default"], "prices": lists,
+            "above_tier": sum(t > 1 for t in times), "requests": len(costs),
             **{key: sum(s[key] for s in steps) for key in RECOVERY}}
 
 
@@ -482,6 +487,7 @@ class Options:
     pause_every: int = 0
     lifetime_s: float = 0.5
     seed: int = 0
+    tier: Tier | None = None  # --tier: every setting priced with it, the gateway's model told its prices
 
     @property
     def pause_s(self) -> float:
@@ -506,7 +512,7 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
             def send(messages: list[Message], tools: list[dict], client: Client = client) -> Sent:
                 return Sent([client(messages, tools)[0]])
 
-            results.append(replay(run, send, tokens, _pauses(run, options, wait=False)))
+            results.append(replay(run, send, tokens, _pauses(run, options, wait=False), options.tier))
             _progress(name, run, results[-1], started)
     else:
         with gateway(_overlay(overlays[name], options)) as (http, upstream):
@@ -515,7 +521,7 @@ def run_setting(name: str, runs: list[Trajectory], overlays: dict[str, dict[str,
                 return through_gateway(http, upstream, messages, tools, options.max_tokens)
 
             for run in runs:
-                results.append(replay(run, post, tokens, _pauses(run, options, wait=True)))
+                results.append(replay(run, post, tokens, _pauses(run, options, wait=True), options.tier))
                 _progress(name, run, results[-1], started)
     label = LABELS.get(name) or agent_oracle.LABELS.get(name, f"gateway, {name}")
     return {"setting": name, "label": label, "config": None if client_side else overlays.get(name),
@@ -529,7 +535,10 @@ def _pauses(run: Trajectory, options: Options, wait: bool) -> Pauses | None:
 
 
 def _overlay(overlay: dict[str, Any], options: Options) -> dict[str, Any]:
-    """A gateway setting's overlay; with pauses, the model's cache lifetime set to the replay's."""
+    """A gateway setting's overlay; with pauses, the model's cache lifetime set to the replay's; with
+    a tier, the model's prices carry it."""
+    if options.tier is not None:
+        overlay = _merged({"model_info": options.tier.model_info()}, overlay)
     if not options.pause_every:
         return overlay
     return _merged({"mixpr": {"prefix": {"cache_lifetime_s": options.lifetime_s}}}, overlay)
@@ -593,6 +602,8 @@ def totals(result: dict[str, Any], which: str | None = None) -> dict[str, Any]:
         "first_error": f"{errors[0]['status']}: {errors[0]['error']}" if errors else "",
         "compressed": sum(s["action"] not in (None, "passthrough", "none") for s in steps),
         "resets": sum(s["reset"] for s in steps),
+        "above_tier": sum(r.get("above_tier", 0) for r in runs),
+        "requests": sum(r.get("requests", 0) for r in runs),
         "paused": sum(s.get("paused", False) for s in steps),
         "cold": sum(s.get("cache") == "cold" for s in steps),
         "cold_unpaused": sum(s.get("cache") == "cold" and not s.get("paused") for s in steps),
@@ -645,6 +656,9 @@ def table(results: list[dict[str, Any]]) -> tuple[str, dict[str, dict[str, Any]]
             notes.append(f"{r['setting']}: {t['paused']} pauses past the cache lifetime; the gateway saw "
                          f"{t['cold']} cold turns ({t['cold_unpaused']} without a pause), "
                          f"{t['resets']} resets")
+        if t["above_tier"]:
+            notes.append(f"{r['setting']}: {t['above_tier']} of {t['requests']} requests past the tier's "
+                         "line")
         if t["errors"]:
             notes.append(f"{r['setting']}: first error {t['first_error'][:300]}")
         if t["invalid"]:
@@ -801,6 +815,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
                         f"times it (default {Options.lifetime_s})")
     parser.add_argument("--content-only", action="store_true",
                         help="price message contents only, not the tool calls' names and arguments")
+    parser.add_argument("--tier", type=parse_tier, default=None, metavar="TIMESx@LINEk",
+                        help="price every input token of a request past LINE at TIMES, in every setting, and "
+                        "give the gateway's model that price (e.g. 2x@32k)")
     parser.add_argument("--data", type=Path, default=None, help=f"a trajectory file (default: real/{DATA})")
     parser.add_argument("--out", type=Path, default=OUT, help="where agents.json and agents.png go")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
@@ -831,7 +848,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Any]]:
     started = time.perf_counter()
     print(f"{len(runs)} runs, {sum(len(t.steps) for t in runs)} steps; settings {', '.join(names)}",
           file=sys.stderr, flush=True)
-    options = Options(args.max_tokens, not args.content_only, args.pauses, args.lifetime)
+    options = Options(args.max_tokens, not args.content_only, args.pauses, args.lifetime, tier=args.tier)
     results = run_settings(names, runs, overlays, options, args.jobs, args.data)
     text, by = table(results)
     seconds = time.perf_counter() - started

@@ -80,13 +80,48 @@ LARGE_MIN, LARGE_COUNT = 120_000, 2
 CHATS = 5  # LoCoMo chats of the dev split, each with PROTOCOL_TURNS questions as later user turns
 MODES = {"cost": {"model_info": {"max_input_tokens": 1_000_000},
                   "mixpr": {"compress_above_tokens": 16_000, "budget_tokens": 8_000}},
-         "window": {"model_info": {"max_input_tokens": 32_000}, "mixpr": {}}}
+         "window": {"model_info": {"max_input_tokens": 32_000}, "mixpr": {}},
+         # A long-window model with the defaults: what it compresses is what ``--tier`` prices (issue 56).
+         "long": {"model_info": {"max_input_tokens": 1_000_000}, "mixpr": {}},
+         "w100": {"model_info": {"max_input_tokens": 100_000}, "mixpr": {"max_budget_tokens": 100_000}}}
 # ``window@8k``: the 32k window, every request past it cut to a budget of 8k tokens. With the
 # per-question policy, what compressing each request for its own question buys at a given spend
 # (issue 45 compares the default with it at 31k, which costs 2.2-2.5x no gateway).
 _AT = re.compile(r"(?P<mode>[a-z]+)@(?P<k>[1-9]\d*)k")
 POLICIES = ("none", "today", "prefix")  # today: each request compressed for its own question
 MIN_CACHED, STEP, READ, WRITE = 1024, 128, 0.1, 1.25
+# ``--tier 5x@100k`` (issue 56): every input token of a request past the line is billed at that multiple
+# (fresh, cached and written alike, as LiteLLM's ``*_above_<N>k_tokens`` prices do), in every policy,
+# no gateway included; the gateway's models are told the same prices in their ``model_info``.
+_TIER = re.compile(r"(?P<times>\d+(?:\.\d+)?)x@(?P<k>[1-9]\d*)k")
+
+
+@dataclass(frozen=True)
+class Tier:
+    times: float  # the multiple on every input token of a request past the line
+    above: int  # tokens
+
+    @property
+    def label(self) -> str:
+        return f"{self.times:g}x@{self.above // 1000}k"
+
+    def model_info(self) -> dict[str, float]:
+        """The prices a model with this tier carries (relative units: input 1e-6 a token)."""
+        base = {"input_cost_per_token": 1e-6, "cache_read_input_token_cost": READ * 1e-6,
+                "cache_creation_input_token_cost": WRITE * 1e-6}
+        line = f"_above_{self.above // 1000}k_tokens"
+        return {**base, **{key + line: price * self.times for key, price in base.items()}}
+
+    def of(self, tokens: int) -> float:
+        return self.times if tokens > self.above else 1.0
+
+
+def parse_tier(text: str) -> Tier:
+    """``5x@100k``: ValueError for anything else."""
+    found = _TIER.fullmatch(text)
+    if found is None:
+        raise ValueError(f"unknown tier {text!r}: a multiple and a line, e.g. 5x@100k")
+    return Tier(float(found["times"]), int(found["k"]) * 1000)
 
 
 @dataclass(frozen=True)
@@ -231,7 +266,8 @@ def mode_settings(mode: str) -> dict[str, Any]:
 
 
 def config(upstream: str, headroom: float | None, evidence: float | None,
-           overrides: dict[str, Any] | None = None, modes: tuple[str, ...] = tuple(MODES)) -> dict[str, Any]:
+           overrides: dict[str, Any] | None = None, modes: tuple[str, ...] = tuple(MODES),
+           tier: Tier | None = None) -> dict[str, Any]:
     # --headroom: the share of the room left free after a reset (prefix.reset_fill = 1 - headroom).
     fill = None if headroom is None else 1 - headroom
     prefix = {k: v for k, v in (("reset_fill", fill), ("evidence", evidence)) if v is not None}
@@ -241,7 +277,8 @@ def config(upstream: str, headroom: float | None, evidence: float | None,
         for policy in ("today", "prefix"):
             name = f"{mode}-{policy}"
             mixpr = {**settings["mixpr"], "prefix": {"enabled": policy == "prefix", **prefix}}
-            models.append({"model_name": name, "model_info": settings["model_info"], "mixpr": mixpr,
+            info = {**settings["model_info"], **(tier.model_info() if tier else {})}
+            models.append({"model_name": name, "model_info": info, "mixpr": mixpr,
                            "litellm_params": {"model": f"openai/{name}", "api_base": upstream,
                                               "api_key": "x"}})
     # token_margin 0: the simulated provider is priced in tiktoken's tokens, like OpenAI's models.
@@ -292,8 +329,9 @@ def shared_prefix(a: np.ndarray, b: np.ndarray) -> int:
     return int(differ[0]) if len(differ) else n
 
 
-def priced(requests: list[np.ndarray]) -> list[dict[str, float]]:
-    """Per request: tokens, OpenAI-style and Anthropic-style cached tokens and effective cost."""
+def priced(requests: list[np.ndarray], tier: Tier | None = None) -> list[dict[str, float]]:
+    """Per request: tokens, OpenAI-style and Anthropic-style cached tokens and effective cost (at the
+    ``tier``'s multiple for a request past its line)."""
     out = []
     for i, tokens in enumerate(requests):
         n = len(tokens)
@@ -303,8 +341,10 @@ def priced(requests: list[np.ndarray]) -> list[dict[str, float]]:
         read = max(whole, default=0)
         written = n - read if n >= MIN_CACHED else 0
         anthropic = READ * read + WRITE * written + (n if n < MIN_CACHED else 0)
-        out.append({"tokens": n, "openai_cached": openai_read, "openai": n - openai_read + READ * openai_read,
-                    "anthropic_cached": read, "anthropic": anthropic})
+        times = tier.of(n) if tier else 1.0
+        out.append({"tokens": n, "openai_cached": openai_read,
+                    "openai": times * (n - openai_read + READ * openai_read),
+                    "anthropic_cached": read, "anthropic": times * anthropic, "above_tier": times > 1})
     return out
 
 
@@ -354,9 +394,9 @@ def recovery(messages: list[dict[str, Any]], needed: list[str], parts: tuple[str
 
 def run(conversations: list[Conversation], modes: list[str], headroom: float | None,
         evidence: float | None, policies: tuple[str, ...] = POLICIES,
-        overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        overrides: dict[str, Any] | None = None, tier: Tier | None = None) -> list[dict[str, Any]]:
     upstream = FakeUpstream().start()
-    settings = config(upstream.base_url, headroom, evidence, overrides, tuple(modes))
+    settings = config(upstream.base_url, headroom, evidence, overrides, tuple(modes), tier)
     server = ServerThread(create_app(parse_config(settings))).start()
     results = []
     try:
@@ -364,26 +404,29 @@ def run(conversations: list[Conversation], modes: list[str], headroom: float | N
             for conv in conversations:
                 for mode in modes:
                     for policy in policies:
-                        results.append(one(http, upstream, conv, mode, policy))
+                        results.append(one(http, upstream, conv, mode, policy, tier))
     finally:
         server.stop()
         upstream.stop()
     return results
 
 
-def one(http: httpx.Client, upstream: FakeUpstream, conv: Conversation, mode: str, policy: str) -> dict:
+def one(http: httpx.Client, upstream: FakeUpstream, conv: Conversation, mode: str, policy: str,
+        tier: Tier | None = None) -> dict:
     started = time.perf_counter()
     if policy == "none":
         sent = [(messages, {}) for messages in conv.requests]
     else:
         sent = through_gateway(http, upstream, f"{mode}-{policy}", conv.requests)
-    turns = priced([rendered(messages) for messages, _ in sent])
-    for turn, (messages, headers), needed in zip(turns, sent, conv.evidence, strict=True):
+    turns = priced([rendered(messages) for messages, _ in sent], tier)
+    for turn, (messages, headers), needed, request in zip(turns, sent, conv.evidence, conv.requests,
+                                                          strict=True):
         turn["evidence"] = bool(messages) and reached(messages, needed)
         turn["refused"] = headers.get("refused", "")
         turn.update(recovery(messages, needed, conv.parts, turn["tokens"]))
         turn["reset"] = headers.get("x-mixpr-reset") == "true"
         turn["reused"] = int(headers.get("x-mixpr-prefix-reused-tokens", 0))
+        turn["unchanged"] = messages == request
     seconds = time.perf_counter() - started
     print(f"{conv.name} {mode} {policy}: {seconds:.1f} s {row(turns)}", file=sys.stderr, flush=True)
     return {"conversation": conv.name, "mode": mode, "policy": policy, "turns": turns, "seconds": seconds}
@@ -405,6 +448,8 @@ def totals(result: dict | list[dict], half: int | None = None) -> dict[str, floa
             "openai_recovered": sum(t["openai"] + t["recovery_openai"] for t in turns),
             "anthropic_recovered": sum(t["anthropic"] + t["recovery_anthropic"] for t in turns),
             "resets": sum(t["reset"] for t in turns), "refused": sum(bool(t.get("refused")) for t in turns),
+            "above_tier": sum(t.get("above_tier", False) for t in turns),
+            "unchanged": sum(t.get("unchanged", True) for t in turns), "requests": len(turns),
             "turns": len(asked)}
 
 
@@ -435,8 +480,8 @@ def table(results: list[dict]) -> str:
     of no gateway, evidence on all turns and on each half (odd, even turns), refusals, resets."""
     lines = ["| conversation | mode | policy | tokens sent | OpenAI-style (x none) | "
              "Anthropic-style (x none) | with recovery, OpenAI / Anthropic | evidence | odd / even turns | "
-             "refused | resets | turns |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "refused | resets | above tier | as sent | turns |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     keyed: dict[tuple[str, str, str], list[dict]] = {}
     for r in results:
         keyed.setdefault((r["conversation"], r["mode"], r["policy"]), []).append(r)
@@ -453,7 +498,8 @@ def table(results: list[dict]) -> str:
         lines.append(f"| {conv} | {mode} | {policy} | {t['tokens'] / 1000:.0f}k | {cells[0]} | {cells[1]} | "
                      f"{recovered} | {t['evidence'] / t['turns']:.2f} ({t['evidence']}/{t['turns']}) | "
                      f"{odd['evidence'] / odd['turns']:.2f} / {even['evidence'] / even['turns']:.2f} | "
-                     f"{t['refused']} | {t['resets']} | `{turns}` |")
+                     f"{t['refused']} | {t['resets']} | {t['above_tier']} | "
+                     f"{t['unchanged']}/{t['requests']} | `{turns}` |")
     return "\n".join(lines)
 
 
@@ -550,6 +596,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="any mixpr.prefix setting, e.g. --set document_keep=0.1 (JSON values)")
     parser.add_argument("--sweep", action="store_true", help="prefix.evidence on the documents, both modes")
+    parser.add_argument("--tier", type=parse_tier, default=None, metavar="TIMESx@LINEk",
+                        help="price every input token of a request past LINE at TIMES, in every policy, and "
+                             "give the gateway's models that price (e.g. 5x@100k)")
     parser.add_argument("--out", default="conversation", help="name of the JSON and PNG under bench/out/")
     parser.add_argument("--publish", action="store_true", help="also copy the PNG to bench/plots/")
     args = parser.parse_args(argv)
@@ -565,7 +614,7 @@ def main(argv: list[str] | None = None) -> None:
     started = time.perf_counter()
     overrides = {k: json.loads(v) for k, v in (item.split("=", 1) for item in args.set)}
     results = run(conversations, args.modes.split(","), args.headroom, args.evidence,
-                  policies=tuple(args.policies.split(",")), overrides=overrides)
+                  policies=tuple(args.policies.split(",")), overrides=overrides, tier=args.tier)
     print(table(results))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{args.out}.json").write_text(json.dumps({"results": results, "library": library_version(),

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,7 +28,7 @@ from gateway.api import (
 )
 from gateway.api.common import authorize, state
 from gateway.compress.compressor import Compressor, needs_router, pool_for
-from gateway.config import GatewayConfig
+from gateway.config import ConfigError, GatewayConfig, GeneralSettings
 from gateway.core.after_response import AfterResponse
 from gateway.core.chat import ChatService
 from gateway.edge import exposure
@@ -37,6 +38,8 @@ from gateway.errors import GatewayError, ModelNotFound, error_json
 from gateway.metrics import Metrics, MetricsMiddleware
 from gateway.run.gate import Gate
 from gateway.run.workers import Workers
+from gateway.stats.opening import Stats, open_stats
+from gateway.ui import routes as ui_routes
 from gateway.upstream import patches, redaction
 
 log = logging.getLogger("gateway.app")
@@ -55,6 +58,7 @@ class GatewayState:
         self.loopback_only = exposure.is_loopback(host)  # then Host must name loopback too
         self.metrics = Metrics()
         self.chat: ChatService | None = None
+        self.stats: Stats | None = None  # the operator's page's store (gateway.stats), open while serving
         self.managed: dict[str, Any] = {}  # model_name -> its ManagedServer
         self.body_bytes = Gate(config.general_settings.max_inflight_body_bytes)
         self.started = False
@@ -85,11 +89,13 @@ class GatewayState:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
+        self.stats = _open_stats(general)  # first: a path it cannot open stops start-up before any work
         workers, self._early = self._early or pool_for(self.config), None  # a pool per lifespan
         workers.metrics = self.metrics
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,
                                 max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
+        self.metrics.stats = self.stats.recorder.add
         self.metrics.workers_live.set_function(workers.live)  # read at each scrape
         auto = needs_router(self.config)
         self.managed = self._managed_servers()
@@ -112,6 +118,8 @@ class GatewayState:
             await self._stop_managed()
             await self.chat.aclose()
             compressor.close()
+            self.metrics.stats = None
+            await asyncio.to_thread(self.stats.close)  # what is queued is written before exit
 
     def _managed_servers(self) -> dict[str, Any]:
         """One ``ManagedServer`` per model with a ``managed_server`` block; bad settings fail start-up."""
@@ -163,6 +171,17 @@ class GatewayState:
                 log.exception("stopping a managed server failed")
 
 
+def _open_stats(general: GeneralSettings) -> Stats:
+    """The operator's page's store (``gateway.stats``), or a ConfigError naming the setting."""
+    try:
+        return open_stats(redis_url=general.form_cache_url, path=general.stats_path,
+                          retention_days=general.stats_retention_days, ring=general.stats_recent)
+    except (OSError, sqlite3.Error) as exc:
+        raise ConfigError(f"general_settings.stats_path {general.stats_path!r}: cannot open the stats "
+                          f"store there ({exc}); give a writable file path, or remove it to keep the "
+                          f"figures in memory") from exc
+
+
 def freeze_startup_objects() -> None:
     """Keep the garbage collector off what start-up built (issue 23). LiteLLM and its model map
     leave ~430k tracked objects; every full collection walks them all (0.3-0.5 s, the loop stopped),
@@ -192,6 +211,7 @@ def create_app(config: GatewayConfig, *, host: str = "127.0.0.1", workers: Worke
     app.include_router(anthropic_messages.router)
     app.include_router(guardrail_api.router)
     app.include_router(compress_api.router)
+    app.include_router(ui_routes.router)
     app.include_router(router)
     _register_error_handlers(app)
     # The last added runs first: metrics see every response, the 500s of unexpected errors included.

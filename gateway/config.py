@@ -145,6 +145,21 @@ class PrefixOverrides(_Strict):
     cold_reset: Literal["auto"] | bool | None = None
 
 
+class PriceTiers(_Strict):
+    """A request that would pass its model's long-context price line (``gateway.prices``: GPT-5.4+ 2x
+    past 272k, Claude Haiku 5.5 5x past 100k) is cut to just under it when that pays (issue 56)."""
+
+    enabled: bool = True
+    # Kept free under the line for the tokenizer's error and the next turn; None: the reply reserve
+    # (``completion_reserve_tokens``).
+    margin_tokens: int | None = Field(None, ge=0)
+
+
+class PriceTiersOverrides(_Strict):
+    enabled: bool | None = None
+    margin_tokens: int | None = Field(None, ge=0)
+
+
 class MixprSettings(_Strict):
     """How and when prompts are compressed (global defaults; each model may override any key)."""
 
@@ -154,6 +169,7 @@ class MixprSettings(_Strict):
     max_budget_tokens: int = Field(32000, ge=16)  # caps "auto": most models read worse past 32-64k
     self_route: SelfRoute = SelfRoute()
     prefix: Prefix = Prefix()
+    price_tiers: PriceTiers = PriceTiers()
     router: Route = "auto"
     router_model: str | None = None
     # Kept free for the answer when the client sends no max_tokens and the window decides.
@@ -174,6 +190,7 @@ class MixprOverrides(_Strict):
     max_budget_tokens: int | None = Field(None, ge=16)
     self_route: SelfRouteOverrides | None = None
     prefix: PrefixOverrides | None = None
+    price_tiers: PriceTiersOverrides | None = None
     router: Route | None = None
     router_model: str | None = None
     completion_reserve_tokens: int | None = Field(None, ge=0)
@@ -231,7 +248,8 @@ class ModelEntry(_Strict):
     def settings(self, defaults: MixprSettings) -> MixprSettings:
         """The global mixpr settings with this model's overrides applied."""
         overrides = self.mixpr.model_dump(exclude_unset=True)
-        for key in ("self_route", "prefix"):  # merged key by key: a model may change one of them
+        # Merged key by key: a model may change one of them.
+        for key in ("self_route", "prefix", "price_tiers"):
             if key in overrides:
                 overrides[key] = getattr(defaults, key).model_copy(update=overrides[key] or {})
         return defaults.model_copy(update=overrides)
@@ -299,6 +317,18 @@ class GeneralSettings(_Strict):
     # t seconds none starts (and requests are skipped) for t * (1 - share) / share, so the work overlaps
     # at most about this share of requests, and never grows with the load (gateway.core.shadow).
     shadow_share: float = Field(0.05, gt=0, le=1)
+    # The operator's page (/ui, /stats; gateway.stats): a SQLite file kept across restarts (in the
+    # container, on its data volume); null: kept in this process's memory only. With form_cache_url
+    # the stats go to that Redis instead, so the replicas' figures add up.
+    stats_path: str | None = None
+    stats_retention_days: int = Field(90, ge=1, le=3650)  # the per-hour sums behind the chart
+    stats_recent: int = Field(1000, ge=10, le=100_000)  # rows of the per-request record kept
+    ui_session_s: int = Field(8 * 3600, ge=60, le=30 * 24 * 3600)  # a /ui login lasts this long
+
+    @field_validator("stats_path")
+    @classmethod
+    def _path_or_memory(cls, value: str | None) -> str | None:
+        return value if value is not None and value.strip() else None  # an unset variable: in memory
 
     @field_validator("deployment_secret")
     @classmethod

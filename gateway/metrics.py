@@ -9,9 +9,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+if TYPE_CHECKING:
+    from gateway.stats.record import Record
 
 log = logging.getLogger("gateway.metrics")
 
@@ -25,6 +28,9 @@ COMPRESSION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 
 
 class Metrics:
     def __init__(self) -> None:
+        # Where the operator's stats go (gateway.stats.recorder: a queue, never a write on the
+        # request path), set by the app; None in the LiteLLM plug-in and in tests of other parts.
+        self.stats: Callable[[Record], None] | None = None
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter("mixpr_requests", "HTTP requests handled", ["path", "status"], registry=r)
@@ -111,6 +117,14 @@ class Metrics:
         self.escalation_tokens = Counter("mixpr_self_route_escalation_tokens",
                                          "Prompt tokens sent upstream by Self-Route escalations",
                                          ["model", "escalated_to"], registry=r)
+        # Long-context price tiers (gateway.core.tiers): requests by the tier they were billed at, and
+        # what keeping requests under a tier's line saved, in input tokens' worth at the base price.
+        self.price_tier_requests = Counter("mixpr_price_tier_requests", "Chat requests to models with a "
+                                           "long-context price tier, by the tier they were billed at",
+                                           ["model", "tier"], registry=r)
+        self.price_tier_saved = Counter("mixpr_price_tier_saved", "What keeping requests under a price "
+                                        "tier's line saved, in input tokens' worth at the base price",
+                                        ["model"], registry=r)
         # Observe mode (gateway.core.shadow): what compressing would have sent, next to what was sent.
         self.shadow_requests = Counter("mixpr_shadow_requests", "Observe-mode requests by result: unchanged "
                                        "(compressing would send them as they are, known up front), computed "
@@ -175,6 +189,12 @@ class Metrics:
             self.upstream_cached_tokens.labels(model, "read").inc(read)
         if written:
             self.upstream_cached_tokens.labels(model, "written").inc(written)
+        if self.stats is not None and (read or written):  # the operator's page, beside the same counters
+            from gateway.stats.record import Record  # only with a page: the plug-in never loads it
+
+            counts = {"provider_cache_read_tokens": float(read),
+                      "provider_cache_written_tokens": float(written)}
+            self.stats(Record(at=time.time(), model=model, counts=counts))
 
     def record_self_route(self, model: str, outcome: str, escalated_to: str | None = None,
                           tokens: int = 0) -> None:

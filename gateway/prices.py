@@ -18,10 +18,19 @@ of the operator's input price: a contract's discount applies to cached tokens to
 absolute cache prices beside a lower input price would make a cache read dearer than it is relative to
 input (and a reset worth more than it is). Cache prices the operator sets stand as set.
 ``source`` says whether the input price is the model's own ("litellm") or the default.
+
+**Long-context tiers** (issue 56). Many models bill every token of a request at a higher price once its
+input passes a line: GPT-5.4+ 2x past 272k, Gemini 2.5 Pro and Claude's 1M models 2x past 200k, Claude
+Haiku 5.5 5x past 100k. LiteLLM's map names them ``input_cost_per_token_above_<N>k_tokens``, with
+``output_cost_per_token_``, ``cache_read_input_token_cost_`` and ``cache_creation_input_token_cost_`` of
+the same line. They are read here too, the config's ``model_info`` key by key before LiteLLM's map, into
+``Prices.tiers``: a tier whose cache prices are missing keeps the base prices' ratios to input, scaled
+by its own input price. A tier that costs no more than the prices below it is no tier.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -34,6 +43,25 @@ DEFAULT_READ_RATIO = 0.1
 ANTHROPIC_WRITE_RATIO = 1.25
 PLAIN_WRITE_RATIO = 1.0
 PRICE_KEYS = ("input_cost_per_token", "cache_read_input_token_cost", "cache_creation_input_token_cost")
+OUTPUT_KEY = "output_cost_per_token"
+# ``input_cost_per_token_above_272k_tokens``; not ``..._tokens_batches`` or ``..._above_1hr_above_...``.
+_TIER_KEY = re.compile(r"(?P<key>input_cost_per_token|output_cost_per_token|cache_read_input_token_cost|"
+                       r"cache_creation_input_token_cost)_above_(?P<k>[1-9][0-9]{0,5})k_tokens")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """The prices of every token of a request whose input passes ``above`` tokens."""
+
+    above: int  # tokens (LiteLLM's ``_above_272k_`` is 272,000)
+    input: float
+    cache_read: float
+    cache_write: float
+    output: float | None = None  # None: the output price does not change
+
+    def times(self, base: Prices) -> float:
+        """How many times the input price below the line this tier bills (1.0 for a base priced 0)."""
+        return self.input / base.input if base.input > 0 else 1.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +70,28 @@ class Prices:
     cache_read: float  # per cached token read
     cache_write: float  # per token written to the cache (Anthropic-style 1.25x input; OpenAI: = input)
     source: str  # "litellm" (the model's own entry in LiteLLM's cost map, or model_info) or "default"
+    tiers: tuple[Tier, ...] = ()  # long-context tiers, lowest line first, each dearer than below it
+    output: float | None = None  # per output token, when known
+
+    def tier(self, tokens: int) -> Tier | None:
+        """The tier a request of ``tokens`` input tokens is billed at (None: the base prices)."""
+        billed = None
+        for tier in self.tiers:
+            if tokens > tier.above:
+                billed = tier
+        return billed
+
+    def at(self, tokens: int) -> Prices:
+        """The prices a request of ``tokens`` input tokens pays: its tier's, else these."""
+        tier = self.tier(tokens)
+        if tier is None:
+            return self
+        output = tier.output if tier.output is not None else self.output
+        return Prices(tier.input, tier.cache_read, tier.cache_write, self.source, (), output)
+
+    def line(self, window: int) -> int | None:
+        """The lowest tier line under ``window`` tokens: what a request that fits is kept under."""
+        return next((tier.above for tier in self.tiers if tier.above < window), None)
 
 
 def entry_prices(entry: ModelEntry) -> Prices:
@@ -56,12 +106,15 @@ def prices_for(model: str, model_info: Mapping[str, Any] | None = None) -> Price
     """The prices of the upstream ``model`` (``litellm_params.model``); ``model_info`` (the config's)
     overrides LiteLLM's cost map key by key. Cached by model and overrides."""
     overrides = tuple(_price(model_info, key) for key in PRICE_KEYS) if model_info else (None, None, None)
-    return _prices(model, *overrides)
+    tiered = tuple(sorted((k, v) for k, v in (model_info or {}).items()
+                          if _TIER_KEY.fullmatch(k) or k == OUTPUT_KEY))
+    return _prices(model, *overrides, tiered)
 
 
 @lru_cache(maxsize=1024)
-def _prices(model: str, input_: float | None, read: float | None, write: float | None) -> Prices:
-    entry = model_map(model, own_entry=True) if None in (input_, read, write) else {}
+def _prices(model: str, input_: float | None, read: float | None, write: float | None,
+            tiered: tuple[tuple[str, Any], ...] = ()) -> Prices:
+    entry = model_map(model, own_entry=True)
     listed = _price(entry, PRICE_KEYS[0])
     input_ = input_ if input_ is not None else listed
     source = "litellm" if input_ is not None else "default"
@@ -71,7 +124,44 @@ def _prices(model: str, input_: float | None, read: float | None, write: float |
         read = _cache(entry, PRICE_KEYS[1], listed, input_, DEFAULT_READ_RATIO)
     if write is None:
         write = _cache(entry, PRICE_KEYS[2], listed, input_, _write_ratio(model))
-    return Prices(input=input_, cache_read=read, cache_write=write, source=source)
+    base = Prices(input=input_, cache_read=read, cache_write=write, source=source)
+    merged = {**entry, **dict(tiered)}  # the config's model_info key by key before LiteLLM's map
+    output = _price(merged, OUTPUT_KEY)
+    return Prices(input_, read, write, source, _tiers(merged, base, output), output)
+
+
+def _tiers(values: Mapping[str, Any], base: Prices, output: float | None) -> tuple[Tier, ...]:
+    """Every tier in ``values`` with an input price, lowest line first; a tier no dearer than the
+    prices below it is left out (it would never pay to stay under)."""
+    lines: dict[int, dict[str, float | None]] = {}
+    for key in values:
+        found = _TIER_KEY.fullmatch(key)
+        if found is not None:
+            lines.setdefault(int(found["k"]) * 1000, {})[found["key"]] = _price(values, key)
+    tiers, below = [], base
+    for above in sorted(lines):
+        tier = _tier(above, lines[above], base)
+        if tier is not None and _dearer(tier, below, output):
+            tiers.append(tier)
+            below = Prices(tier.input, tier.cache_read, tier.cache_write, base.source)
+            output = tier.output if tier.output is not None else output
+    return tuple(tiers)
+
+
+def _tier(above: int, prices: Mapping[str, float | None], base: Prices) -> Tier | None:
+    input_ = prices.get(PRICE_KEYS[0])
+    if input_ is None:
+        return None
+    ratio = input_ / base.input if base.input > 0 else 1.0
+    read = prices.get(PRICE_KEYS[1])
+    write = prices.get(PRICE_KEYS[2])
+    return Tier(above, input_, base.cache_read * ratio if read is None else read,
+                base.cache_write * ratio if write is None else write, prices.get(OUTPUT_KEY))
+
+
+def _dearer(tier: Tier, below: Prices, output: float | None) -> bool:
+    more_output = tier.output is not None and output is not None and tier.output > output
+    return tier.input > below.input or tier.cache_read > below.cache_read or more_output
 
 
 def _cache(entry: Mapping[str, Any], key: str, listed: float | None, input_: float, default: float) -> float:

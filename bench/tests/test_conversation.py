@@ -6,6 +6,7 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from bench import conversation  # noqa: E402
@@ -65,3 +66,17 @@ def test_a_mode_with_a_budget_cuts_each_request_to_it_and_an_unknown_mode_is_nam
     assert all(tokens > 20_000 for tokens in sent["window"])  # the window's own budget: what it leaves
     with pytest.raises(ValueError, match="window@8k"):
         conversation.mode_settings("window@8kb")
+
+
+def test_a_request_past_the_tiers_line_is_billed_at_its_multiple_in_every_policy() -> None:
+    """``--tier 5x@100k``: every token of a request past 100k, fresh or cached, at 5x; one under it
+    at 1x; and the gateway's models are told that price in LiteLLM's keys."""
+    tier = conversation.parse_tier("5x@100k")
+    short, long = np.arange(2000), np.arange(100_001)
+    plain, tiered = conversation.priced([short, long]), conversation.priced([short, long], tier)
+    assert tiered[0]["openai"] == plain[0]["openai"] and not tiered[0]["above_tier"]
+    assert tiered[1]["openai"] == pytest.approx(5 * plain[1]["openai"])
+    assert tiered[1]["anthropic"] == pytest.approx(5 * plain[1]["anthropic"]) and tiered[1]["above_tier"]
+    assert tier.model_info()["input_cost_per_token_above_100k_tokens"] == pytest.approx(5e-6)
+    with pytest.raises(ValueError, match="5x@100k"):
+        conversation.parse_tier("5x100k")

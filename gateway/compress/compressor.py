@@ -89,6 +89,7 @@ class Outcome:
     reset_saving: tuple[float, float] | None = None
     shadow: tuple[tuple[str, str], ...] = ()  # observe mode's x-mixpr-shadow* headers (core.shadow)
     cache: str | None = None  # "cold" or "warm": the provider's cache, as far as the gateway knows
+    tier: str | None = None  # the x-mixpr-price-tier header (gateway.core.tiers): the tier billed, kept under
 
 
 def pool_for(config: GatewayConfig) -> Workers:
@@ -191,7 +192,7 @@ class Compressor:
         stays below the trigger."""
         conv = await split(messages)
         fixed = await self.fixed_tokens(pool, conv, target, tools)
-        threshold = policy.threshold(target, settings, control)
+        threshold = policy.threshold(target.within(fixed), settings, control)
         # Counting 1M tokens takes ~0.4 s; when the text is far too long for any tokenizer to bring
         # it under the threshold, MixPR counts it anyway in the same job, so skip the first count.
         if threshold is not None and len(conv.text) > CHARS_PER_TOKEN_CEILING * threshold:
@@ -272,8 +273,10 @@ class Compressor:
         router: Router | None,
     ) -> Outcome:
         stream_tokens, fixed = counts
+        target = target.within(fixed)
         parts = _never_cut(conv, fixed, target) if target.limit <= fixed else ""  # only for the 400
-        budget = max(1, policy.budget(fixed, target, settings, control, parts))
+        total = stream_tokens + fixed if stream_tokens is not None else None
+        budget = max(1, policy.budget(fixed, target, settings, control, parts, total))
         route = control.route or settings.router
         key = await self.routes.key(router.name, conv.text) if route == "auto" and router else None
         if key:
@@ -315,11 +318,11 @@ class Compressor:
             messages = conversation.rebuild(conv, spans)
             # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
             final = await self.count(pool, (await split(messages)).text, target) + fixed
-            if final <= target.limit:
+            if final <= target.ceiling:  # the limit, or just under the price line
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
-                               elapsed, asked, target.limit - fixed, spans=tuple(spans))
-            budget = max(1, int(budget * target.limit / final * SHRINK_MARGIN))
+                               elapsed, asked, target.ceiling - fixed, spans=tuple(spans))
+            budget = max(1, int(budget * target.ceiling / final * SHRINK_MARGIN))
         raise ContextLengthExceeded(
             f"The prompt is {stream_tokens + fixed} tokens and the model accepts {target.window} "
             f"(with {target.reserve} kept for the reply). Compressed it is still {final} tokens: "

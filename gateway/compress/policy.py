@@ -2,6 +2,11 @@
 
 Two budget modes: ``"auto"`` keeps what the window leaves (capped by ``max_budget_tokens``, as most
 models read worse past 32-64k tokens); a number is a cost budget and means that number.
+
+A model whose prices double (or more) past a line below its window (``gateway.prices``' tiers) has that
+line as a second, softer limit (``Target.line``): a request that fits the window but passes the line is
+cut to just under it (``Target.ceiling``), no further, while the parts never cut leave room there; one
+that does not fit the window is cut as before, and under the line too.
 """
 
 from __future__ import annotations
@@ -9,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.config import MixprSettings
@@ -46,10 +51,28 @@ class Target:
     # The model's prices (``gateway.prices.entry_prices``: its config's model_info first); None: the
     # upstream model's in LiteLLM's cost map, else the defaults.
     prices: Prices | None = None
+    # The price line the request is kept under (model tokens, below the window), and what is kept free
+    # under it (``price_tiers.margin_tokens``); None: no tier, or tiers off.
+    line: int | None = None
+    line_margin: int = 0
 
     @property
     def limit(self) -> int:
         return self.window - self.reserve - self.added
+
+    @property
+    def ceiling(self) -> int:
+        """What a cut must fit: the limit, or just under the price line when there is one."""
+        if self.line is None:
+            return self.limit
+        return min(self.limit, self.line - self.line_margin - self.added)
+
+    def within(self, fixed: int) -> Target:
+        """This target, without its line when the ``fixed`` tokens (never cut) leave no room under it:
+        a line a cut cannot reach is not a trigger."""
+        if self.line is None or self.ceiling - fixed >= MIN_BUDGET:
+            return self
+        return replace(self, line=None)
 
     def tokens(self, counted: int) -> int:
         """The model's tokens for a tiktoken count (rounded up: a margin errs towards compressing)."""
@@ -60,6 +83,16 @@ class Target:
         return tokens if self.scale == 1 else max(1, int(tokens / self.scale))
 
 
+def price_line(prices: Prices | None, window: int, settings: MixprSettings) -> tuple[int | None, int]:
+    """The price line a request to a model with ``prices`` and ``window`` is kept under, and what is
+    kept free under it: the lowest tier line below the window (None: no tier, or ``price_tiers`` off)."""
+    tiers = settings.price_tiers
+    margin = settings.completion_reserve_tokens if tiers.margin_tokens is None else tiers.margin_tokens
+    if not tiers.enabled or prices is None:
+        return None, margin
+    return prices.line(window), margin
+
+
 def threshold(target: Target, settings: MixprSettings, control: Control) -> int | None:
     """Prompt tokens above which to compress; None: never (disabled for this request)."""
     if control.enabled is False:
@@ -68,20 +101,27 @@ def threshold(target: Target, settings: MixprSettings, control: Control) -> int 
         asked = control.budget_tokens or settings.budget_tokens
         # auto: whatever exceeds what auto would keep (the window's room, at most the cap)
         return min(target.limit, settings.max_budget_tokens) if asked == AUTO else asked
-    if settings.compress_above_tokens is not None:
-        return settings.compress_above_tokens
-    return target.limit
+    if settings.compress_above_tokens is not None:  # under a price line too, when there is one
+        return settings.compress_above_tokens if target.line is None else min(settings.compress_above_tokens,
+                                                                              target.ceiling)
+    return target.ceiling
 
 
-def budget(fixed: int, target: Target, settings: MixprSettings, control: Control, parts: str = "") -> int:
+def budget(fixed: int, target: Target, settings: MixprSettings, control: Control, parts: str = "",
+           total: int | None = None) -> int:
     """Tokens MixPR may keep: auto fills the room up to the cap; a number is capped by the room.
-    ``parts``: what ``fixed`` is made of, for the 400 when it leaves no room."""
+    Under a price line (``Target.line``), a request of ``total`` tokens that fits the window is cut
+    only to the line. ``parts``: what ``fixed`` is made of, for the 400 when it leaves no room."""
     room = target.limit - fixed
     if room < 1:
         said = _no_room(fixed, target) + (f" Never compressed: {parts}." if parts else "")
         raise ContextLengthExceeded(said, param=_blamed(fixed, target))
+    under = target.ceiling - fixed
     asked = control.budget_tokens or settings.budget_tokens
-    return min(settings.max_budget_tokens if asked == AUTO else asked, room)
+    if asked != AUTO:
+        return min(asked, room, under)
+    fits = target.line is not None and total is not None and total <= target.limit
+    return min(under if fits else settings.max_budget_tokens, room, under)
 
 
 def _blamed(fixed: int, target: Target) -> str:

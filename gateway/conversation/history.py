@@ -142,7 +142,10 @@ class History:
     def _build(self, request: Request, bridge: Bridge, model_name: str) -> Outcome:
         space = room(request.target, request.settings, request.control)
         plan = self._plan(request, space.cap, bridge.loop)
-        plan.cost_mode = space.after is not None
+        # Under a price line, a document pasted past the line (its first request was cut whole, under
+        # the line) has its question's cut at the cap as its form, as in cost mode: the line is far
+        # above what a window's room keeps, and the document is cut only as far as it must be.
+        plan.cost_mode = space.after is not None or (space.line is not None and plan.pasted_over(space.at))
         if plan.over_document:  # later questions bring their own evidence: a reset keeps less
             space = replace(space, fill=request.settings.prefix.document_fill)
         reach = resets.Reach(request.messages)
@@ -162,6 +165,8 @@ class History:
                                                                    wide, reach.user(i)),
             limit=space.limit, worth=lambda i, before, after: space.worth(reach.turns(i), before, after),
             gated=space.gated, cold=warmth.points(visit, here),
+            # A document pasted past the line keeps its question's cut (cost mode's rule), not the window's.
+            firm=space.line is not None and not plan.cost_mode,
             repeats=lambda i, end, levels: self._repeats(plan, bridge, i, end, levels),
             evidence=asked, evidence_again=asked.again)
         scanned = resets.scan(sizes, plan.constant, rules, snapshot_at=previous)

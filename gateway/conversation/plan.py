@@ -57,8 +57,12 @@ class Plan:
         """A conversation over a pasted document: its first user message is over the cap. Decided once
         per conversation, from its first message, so what a reset keeps never changes with a later
         message (a tool result that switched it rewrote what earlier resets had kept)."""
+        return self.pasted_over(self.cap)
+
+    def pasted_over(self, tokens: int) -> bool:
+        """Whether the first user message's own text is over ``tokens``."""
         first = min((p.message for p in self.pieces if p.role == "user"), default=-1)
-        return any(p.question and p.message == first and t > self.cap
+        return any(p.question and p.message == first and t > tokens
                    for p, t in zip(self.pieces, self.tokens, strict=True))
 
     def size(self, message: int, level: resets.Level) -> int:

@@ -85,6 +85,11 @@ class Rules:
     limit: int | None = None
     worth: Worth | None = None
     gated: bool = False
+    # The room is a price line's (``gateway.conversation.room``), kept as a window's is: the switch to
+    # first-sight forms cuts the older part for the task whatever it costs, and a reset made past the
+    # room brings the total under it, the newest turn too if it must (what stays over is billed at the
+    # tier). Past it, the gate still decides whether a reset pays.
+    firm: bool = False
     # Where the provider's cache was cold (``gateway.conversation.warmth``): the whole prefix was
     # written again there anyway, so a cut there costs no extra write and is made whatever the gate
     # says, once the conversation has forms: ``repeats`` (the older outputs' lines a later message
@@ -137,17 +142,22 @@ def scan(sizes: Sizes, constant: int, rules: Rules, snapshot_at: int = -1) -> Sc
             end = rules.older_end(i)
             walk.apply(i, cold_level(i, end), rules.repeats(i, end, result.levels))
         if result.total > rules.room:
-            if not switched:
+            first = not switched
+            if first:
                 switched, formed = True, list(sizes.first_sight())
                 _switch(result, current, formed, i, rules)
-            forced = not rules.gated or result.total > limit
+            # Under a line, the switch cuts the older part for the task as the window's does.
+            forced = not rules.gated or result.total > limit or (rules.firm and first)
             if forced or result.total > weighed * RECONSIDER:
                 worth = None if rules.worth is None else functools.partial(rules.worth, i)
-                if not walk.reset(i, rules.older_end(i), rules.share, widen=rules.room, worth=worth,
-                                  gated=not forced):
+                made = walk.reset(i, rules.older_end(i), rules.share, widen=rules.room, worth=worth,
+                                  gated=not forced)
+                if not made:
                     weighed = result.total
                 elif switched and result.levels[i] == FIRST_SIGHT:  # its evidence, from what the reset kept
                     walk.reblock(i, formed[i])
+                if made and rules.firm and result.total > rules.room:  # under a line, the newest turn too
+                    walk.reset(i, rules.last_end(i), lambda fixed: rules.room - fixed, room=rules.room)
         if result.total > limit:  # the newest turn too, cut only as far as the limit needs
             walk.reset(i, rules.last_end(i), lambda fixed: limit - fixed, room=limit)
         if result.total > limit:  # still over (a long chat of short lines): short texts too

@@ -15,7 +15,7 @@ from typing import Any
 from gateway.compress.compressor import Outcome
 from gateway.compress.policy import Control
 from gateway.config import ModelEntry
-from gateway.core import cache_key, self_route
+from gateway.core import cache_key, self_route, tally
 from gateway.core import reply as replies
 from gateway.core.prepare import ChatCall, Preparer, report_headers
 from gateway.errors import UpstreamError
@@ -129,6 +129,8 @@ class ChatService(Preparer):
         outcome = await self.build(target, call, settings, plan.control)
         name = entry.model_name
         self.metrics.record_self_route(name, self_route.ESCALATED, plan.model, outcome.final_tokens)
+        if self.metrics.stats is not None:  # the operator's page (gateway.stats), beside the same counters
+            self.metrics.stats(tally.escalated(name, outcome.final_tokens, self.prices[plan.model]))
         log.info("self-route escalated model=%s to=%s action=%s tokens=%d->%d", name, plan.model,
                  outcome.action, outcome.original_tokens, outcome.final_tokens)
         reply = await self._forward(target, call, outcome)

@@ -42,6 +42,7 @@ class Builder(Protocol):
     scales: dict[str, float]
     counters: dict[str, model_tokens.ServerCounter]
     prices: dict[str, Prices]
+    lines: dict[str, tuple[int | None, int]]  # each model's price line and its margin
     shadow: Shadow
     history: History | None
     would: History
@@ -95,8 +96,9 @@ def unchanged(preparer: Builder, entry: ModelEntry, call: ChatCall, settings: Mi
     if lowers(call, call.control, asked) and asked.tokens > top:
         return False  # compress mode might lower max_tokens: the prompt's bytes then need the full run
     added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
+    line, margin = preparer.lines[name]
     target = Target(entry.upstream_model, preparer.windows[name], asked.tokens, asked.param, added,
-                    preparer.scales[name], prices=preparer.prices[name])
+                    preparer.scales[name], prices=preparer.prices[name], line=line, line_margin=margin)
     trigger = threshold(target, settings, call.control)
     return trigger is None or tokens <= trigger
 

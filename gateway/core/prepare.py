@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gateway.compress.compressor import Compressor, Outcome, Router
-from gateway.compress.policy import Control, Target
+from gateway.compress.policy import Control, Target, price_line
 from gateway.config import (
     ROUTER_ONLY_PARAMS,
     GatewayConfig,
@@ -27,7 +27,7 @@ from gateway.config import (
 )
 from gateway.conversation import shared_forms, warmth
 from gateway.conversation.history import History, Request
-from gateway.core import model_tokens, observe, reply, self_route
+from gateway.core import model_tokens, observe, reply, self_route, tally, tiers
 from gateway.core.call import ChatCall, lowers
 from gateway.core.shadow import Shadow
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
@@ -67,6 +67,9 @@ class Preparer:
         self.entries = {m.model_name: m for m in self.config.model_list}
         # One price per model, for the reset gate (through each Target), observe mode and the reports.
         self.prices = {m.model_name: entry_prices(m) for m in self.config.model_list}
+        # The price line each model's requests are kept under (gateway.compress.policy.price_line).
+        self.lines = {name: price_line(self.prices[name], self.windows[name], self.settings[name])
+                      for name in self.windows}
         general = self.config.general_settings  # observe mode's work, bounded in count and in time
         self.shadow = Shadow(general.shadow_queue, self.metrics, share=general.shadow_share)
         self.routers = {m.model_name: self._router(m.model_name) for m in self.config.model_list}
@@ -106,8 +109,20 @@ class Preparer:
             # Room for the Self-Route instruction that ``run`` may append after compression.
             added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
             outcome = await self.build(entry, call, settings, call.control, added, prefix=True)
+        outcome = self._priced(entry.model_name, outcome)
         self._record(entry.model_name, outcome, started)
         return outcome
+
+    def _priced(self, model: str, outcome: Outcome) -> Outcome:
+        """``outcome`` with its price tier reported, and what keeping it under a line saved counted."""
+        prices, (line, _) = self.prices[model], self.lines[model]
+        header = tiers.report(prices, line, outcome.original_tokens, outcome.final_tokens)
+        if header is None:
+            return outcome
+        self.metrics.price_tier_requests.labels(model, tiers.billed(prices, outcome.final_tokens)).inc()
+        self.metrics.price_tier_saved.labels(model).inc(
+            tiers.saved(prices, line, outcome.original_tokens, outcome.final_tokens))
+        return replace(outcome, tier=header)
 
     def check_available(self, model_name: str, *, lost: bool = False) -> None:
         """Raise 503 + Retry-After while the model's managed server is not answering."""
@@ -145,9 +160,10 @@ class Preparer:
                       history: History | None) -> Outcome:
         """What is sent with ``kept`` tokens left free for the reply."""
         name = entry.model_name
+        line, margin = self.lines[name]
         target = Target(entry.upstream_model, self.windows[name], kept.tokens, kept.param, added,
                         self.scales[name], asked=kept.asked if kept.lowered else None,
-                        prices=self.prices[name])
+                        prices=self.prices[name], line=line, line_margin=margin)
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
         lifetime = warmth.lifetime(entry.upstream_model, settings.prefix.cache_lifetime_s, call.messages,
                                    call.params)
@@ -184,6 +200,8 @@ class Preparer:
     def _record(self, model: str, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                                  outcome.route, outcome.compress_ms)
+        if self.metrics.stats is not None:  # the operator's page (gateway.stats), beside the same counters
+            self.metrics.stats(tally.chat(model, outcome, self.prices[model]))
         if outcome.max_tokens:
             self.metrics.replies_lowered.labels(model).inc()
         log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",
@@ -221,6 +239,7 @@ def report_headers(outcome: Outcome) -> dict[str, str]:
         "x-mixpr-resets": str(outcome.resets),
         "x-mixpr-reset": "true" if outcome.reset else "false",
         **({"x-mixpr-cache": outcome.cache} if outcome.cache else {}),
+        **({tiers.HEADER: outcome.tier} if outcome.tier else {}),
         **_reset_saving(outcome.reset_saving),
         **reply.header(outcome.max_tokens),
         **dict(outcome.shadow),
@@ -246,7 +265,7 @@ async def _counted(history: History, counter: model_tokens.ServerCounter, reques
     implies while it does not fit (the estimate's margin was too small for this text)."""
     for _ in range(CALIBRATIONS):
         exact = await counter.count(outcome.messages, request.tools)
-        if exact is None or exact <= request.target.limit:
+        if exact is None or exact <= request.target.ceiling:  # under the price line too
             return _with_count(outcome, exact)
         request = _rescaled(request, outcome.final_tokens, exact)
         outcome = await _decide(history, request, name, prefix)

@@ -37,7 +37,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.core import after_response
+from gateway.core import after_response, tally
 from gateway.errors import GatewayError
 from gateway.metrics import Metrics
 from gateway.prices import Prices
@@ -62,15 +62,16 @@ class Figures:
     written: bool = False  # a conversation's turn: what is not read from the cache is written to it
 
     def cost(self, prices: Prices) -> tuple[float, float]:
-        """(the client's bytes, the gateway's bytes) at ``prices``."""
-        fresh = prices.cache_write if self.written else prices.input
-        return (_cost(self.original, self.original_cached, prices.cache_read, fresh),
-                _cost(self.would_send, self.would_send_cached, prices.cache_read, fresh))
+        """(the client's bytes, the gateway's bytes) at ``prices``, each at the long-context tier its
+        own size is billed at (``Prices.at``)."""
+        return (_cost(self.original, self.original_cached, prices.at(self.original), self.written),
+                _cost(self.would_send, self.would_send_cached, prices.at(self.would_send), self.written))
 
 
-def _cost(tokens: int, cached: int, read: float, fresh: float) -> float:
+def _cost(tokens: int, cached: int, prices: Prices, written: bool) -> float:
+    fresh = prices.cache_write if written else prices.input
     cached = min(max(cached, 0), tokens)
-    return cached * read + (tokens - cached) * fresh
+    return cached * prices.cache_read + (tokens - cached) * fresh
 
 
 def unchanged_headers(tokens: int) -> tuple[tuple[str, str], ...]:
@@ -99,6 +100,9 @@ class Shadow:
         original, would_send = figures.cost(prices)
         m.shadow_cost.labels(model, "original", prices.source).inc(original)
         m.shadow_cost.labels(model, "would_send", prices.source).inc(would_send)
+        if m.stats is not None:  # the operator's page (gateway.stats), beside the same counters
+            costs = (original, would_send)
+            m.stats(tally.observed(model, figures.original, figures.would_send, costs, prices))
 
     def offer(self, model: str, prices: Prices, work: Callable[[], Awaitable[Figures]]) -> str:
         """Queue ``work`` (the would-have preparation) to run after this request's response:

@@ -107,6 +107,7 @@ class Workers:
             if self.kind == "process":
                 self._watch = asyncio.create_task(self._watch_idle())
             self._starting = asyncio.gather(*(self._start_one("warming up") for _ in range(self.size)))
+            self._starting.add_done_callback(_retrieved)
         await asyncio.shield(self._starting)
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -272,6 +273,13 @@ def _forget(worker: _Worker) -> Callable[[asyncio.Task[Any]], None]:
         if not task.cancelled():
             task.exception()  # retrieved: a caller that left must not leave a "never retrieved" warning
     return done
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """A start cut short (closed, or the process stopping first) has nobody left awaiting it: its
+    CancelledError is retrieved here rather than logged as "never retrieved" at exit."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _started(parent: int | None, warm_up: Callable[[], Any]) -> int:

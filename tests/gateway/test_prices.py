@@ -19,12 +19,12 @@ from gateway.run.workers import Workers
 def test_openai_model_gets_its_own_prices_and_no_write_premium():
     # LiteLLM's cost map: gpt-4o is $2.50 per million input tokens, $1.25 per million cached; OpenAI
     # has no cache write price, so a write costs what input does.
-    assert prices_for("openai/gpt-4o") == Prices(2.5e-6, 1.25e-6, 2.5e-6, "litellm")
+    assert prices_for("openai/gpt-4o") == Prices(2.5e-6, 1.25e-6, 2.5e-6, "litellm", output=1e-5)
 
 
 def test_anthropic_model_gets_its_own_cache_read_and_write_prices():
     prices = prices_for("anthropic/claude-sonnet-4-5")
-    assert prices == Prices(3e-6, 3e-7, 3.75e-6, "litellm")
+    assert prices == Prices(3e-6, 3e-7, 3.75e-6, "litellm", output=1.5e-5)
 
 
 @pytest.mark.parametrize(("model", "write"), [
@@ -46,7 +46,8 @@ def test_a_made_up_litellm_entry_is_not_a_price():
 def test_model_info_overrides_win_key_by_key():
     info = {"input_cost_per_token": 1e-6, "max_input_tokens": 1000}
     # The read price keeps LiteLLM's ratio for gpt-4o (half of input), the write follows the input.
-    assert prices_for("openai/gpt-4o", info) == Prices(1e-6, pytest.approx(5e-7), 1e-6, "litellm")
+    expected = Prices(1e-6, pytest.approx(5e-7), 1e-6, "litellm", output=1e-5)
+    assert prices_for("openai/gpt-4o", info) == expected
     full = {"input_cost_per_token": 2e-6, "cache_read_input_token_cost": 2e-7,
             "cache_creation_input_token_cost": 2.5e-6}
     assert prices_for("openai/unknown-model", full) == Prices(2e-6, 2e-7, 2.5e-6, "litellm")
@@ -58,13 +59,13 @@ def test_an_input_price_alone_keeps_the_lists_cache_ratios():
     # ratios), not the list's absolute $0.30 and $3.75 (0.20x and 2.50x), which would double what
     # the reset gate thinks a reset saves.
     prices = prices_for("anthropic/claude-sonnet-4-5", {"input_cost_per_token": 1.5e-6})
-    assert prices == Prices(1.5e-6, pytest.approx(1.5e-7), pytest.approx(1.875e-6), "litellm")
+    assert prices == Prices(1.5e-6, pytest.approx(1.5e-7), pytest.approx(1.875e-6), "litellm", output=1.5e-5)
 
 
 def test_cache_prices_the_operator_sets_stand():
     info = {"input_cost_per_token": 1.5e-6, "cache_read_input_token_cost": 5e-7}
     prices = prices_for("anthropic/claude-sonnet-4-5", info)
-    assert prices == Prices(1.5e-6, 5e-7, pytest.approx(1.875e-6), "litellm")
+    assert prices == Prices(1.5e-6, 5e-7, pytest.approx(1.875e-6), "litellm", output=1.5e-5)
 
 
 def test_an_input_price_alone_scales_the_default_cache_ratios():

@@ -6,6 +6,8 @@ scikit-learn when its workers compress."""
 from __future__ import annotations
 
 import concurrent.futures
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import MASTER_KEY, gateway_config
+from conftest import MASTER_KEY, closed_port, gateway_config
 from fake_upstream import FakeUpstream
 from pool_control import long_messages
 from processes import GatewayProcess
@@ -109,3 +111,17 @@ def test_the_gateway_process_leaves_scikit_learn_to_its_workers(gateway: Gateway
     assert (response.status_code, response.headers["x-mixpr-action"]) == (200, "compressed")
     assert "/sklearn/" not in _mapped(gateway.process.pid)
     assert any("/sklearn/" in _mapped(child) for child in _children(gateway.process.pid))
+
+
+def test_a_start_that_fails_behind_the_listening_server_exits_3_and_says_why(tmp_path: Path) -> None:
+    # The store's path fails in the gateway's own start, after the server listens and the pool has
+    # begun to warm: the process still exits as a failed start did, naming the setting, and nothing else.
+    config = tmp_path / "config.yaml"
+    model = {"model_name": "m", "litellm_params": {"model": "openai/x"}}
+    folder = {"stats_path": str(tmp_path)}  # a folder: no store opens there
+    config.write_text(yaml.safe_dump({"model_list": [model], "general_settings": folder}))
+    argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(closed_port())]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.returncode == 3
+    assert "general_settings.stats_path" in done.stderr and "cannot open the stats store" in done.stderr
+    assert "never retrieved" not in done.stderr

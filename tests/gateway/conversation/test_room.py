@@ -178,3 +178,30 @@ def test_cost_mode_resets_only_where_they_pay_and_reports_the_saving() -> None:
     later = [o for o in eager[eager.index(made[0]) + 1:] if not o.reset]
     assert later and all(o.reset_saving is not None and o.reset_saving[1] > 0 for o in later)
     assert all(o.final_tokens < 200_000 for o in patient)
+
+
+def _tiered(times: float) -> Target:
+    """A 1M-window model billed ``times`` on every token past 100k (cache reads 0.1x, writes 1.25x)."""
+    from gateway.prices import prices_for
+
+    info = {"input_cost_per_token": 1.0, "input_cost_per_token_above_100k_tokens": times,
+            "cache_read_input_token_cost": 0.1, "cache_creation_input_token_cost": 1.25}
+    return Target("gpt-4o", 1_000_000, 1_000, prices=prices_for("openai/tiered", info), line=100_000,
+                  line_margin=1_000)
+
+
+def test_under_a_price_line_the_room_is_the_line_and_the_window_is_the_limit() -> None:
+    space = room(_tiered(5), MixprSettings(), Control())
+    assert space.at == 99_000 and space.limit == 999_000 and space.gated
+
+
+def test_past_a_5x_line_a_reset_pays_and_past_a_2x_line_staying_pays_for_the_last_turns() -> None:
+    """A conversation of two turns past the line (105k), a reset to 60k: at 5x staying above costs
+    more than the rewrite; at 2x, so early, the rewrite costs more than two turns above; after ten
+    turns it pays at 2x too."""
+    five, two = room(_tiered(5), MixprSettings(), Control()), room(_tiered(2), MixprSettings(), Control())
+    assert five.worth(2, 105_000, 60_000) > 0
+    assert two.worth(2, 105_000, 60_000) < 0
+    assert two.worth(10, 105_000, 60_000) > 0
+    under = room(Target("gpt-4o", 1_000_000, 1_000), MixprSettings(), Control())
+    assert under.line is None and under.at == 999_000  # no tier: the window's room
