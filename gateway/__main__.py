@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import logging
 import os
@@ -11,6 +12,7 @@ from typing import Any
 
 from gateway.config import ConfigError, load_config
 from gateway.edge.exposure import check_bind
+from gateway.starting import START_FAILED, Starting, build_app
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -60,17 +62,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    from gateway.app import create_app
-
     options = server_options(args)
     if args.workers == 1:
-        uvicorn.run(create_app(config, host=args.host), **options)
-        return 0
+        # Listening at once; the gateway is imported and built behind it (gateway.starting, issue 59).
+        # If that fails, the server stops and the exit code says so, as when the build came first.
+        app = Starting(functools.partial(build_app, config, args.host),
+                       stop=lambda: setattr(server, "should_exit", True))
+        server = uvicorn.Server(uvicorn.Config(app, **options))
+        server.run()
+        return START_FAILED if app.failure or not server.started else 0
     # Several processes use every core for the HTTP and LiteLLM work; they share no state, so
     # this is the same as several instances behind a load balancer, on one port.
     os.environ["MIXPR_CONFIG"] = os.path.abspath(args.config)
     os.environ["MIXPR_HOST"] = args.host
-    uvicorn.run("gateway.app:app_from_env", factory=True, workers=args.workers, **options)
+    uvicorn.run("gateway.starting:app_from_env", factory=True, workers=args.workers, **options)
     return 0
 
 

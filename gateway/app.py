@@ -27,7 +27,7 @@ from gateway.api import (
     responses_compact,
 )
 from gateway.api.common import authorize, state
-from gateway.compress.compressor import Compressor
+from gateway.compress.compressor import Compressor, needs_router, pool_for
 from gateway.config import ConfigError, GatewayConfig, GeneralSettings
 from gateway.core.after_response import AfterResponse
 from gateway.core.chat import ChatService
@@ -52,8 +52,9 @@ NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False, "operation_sp
 class GatewayState:
     """Everything a request needs, built once per app; services start in the lifespan."""
 
-    def __init__(self, config: GatewayConfig, host: str) -> None:
+    def __init__(self, config: GatewayConfig, host: str, workers: Workers | None = None) -> None:
         self.config = config
+        self._early = workers  # a pool the CLI made and started early (gateway.starting); used once
         self.loopback_only = exposure.is_loopback(host)  # then Host must name loopback too
         self.metrics = Metrics()
         self.chat: ChatService | None = None
@@ -63,36 +64,46 @@ class GatewayState:
         self.started = False
         self.failure: str | None = None  # why a managed server did not come up
         self._starting: asyncio.Task[None] | None = None
+        self._warming: asyncio.Task[None] | None = None
 
     @property
     def ready(self) -> bool:
         return self.started and not self.problems()
+
+    @property
+    def warming(self) -> bool:
+        """True until the compression pool and this process's tokenizers are warm (issue 59)."""
+        return not self.started or (self._warming is not None and not self._warming.done())
 
     def problems(self) -> list[str]:
         """What keeps the gateway from serving every model, one line per component; [] when ready."""
         found = [f"model {name!r}: {server.problem}"
                  for name, server in self.managed.items() if not server.ready]
         if self.chat is not None:
-            found += self.chat.compressor.workers.problems()
+            workers = self.chat.compressor.workers
+            found += workers.problems()
+            if self.warming and not found:  # a worker is up: requests are served, not yet at full speed
+                found.append(f"compression pool: warming up, {workers.live()} of {workers.size} ready")
         return found
 
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
         self.stats = _open_stats(general)  # first: a path it cannot open stops start-up before any work
-        workers = Workers(workers=general.compression_workers, executor=general.compression_executor,
-                          timeout_s=general.compression_timeout_s, metrics=self.metrics)
+        workers, self._early = self._early or pool_for(self.config), None  # a pool per lifespan
+        workers.metrics = self.metrics
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,
                                 max_queued=general.queued_compressions, metrics=self.metrics)
         self.chat = ChatService(self.config, compressor, self.metrics)
         self.metrics.stats = self.stats.recorder.add
         self.metrics.workers_live.set_function(workers.live)  # read at each scrape
-        defaults = self.config.mixpr_settings
-        auto = any(m.settings(defaults).router == "auto" for m in self.config.model_list)
-        await compressor.start(with_router=auto)
+        auto = needs_router(self.config)
         self.managed = self._managed_servers()
         self.chat.managed = self.managed
-        # Models load in the background: liveliness answers at once, readiness once they answer.
+        # The pool, and models, warm in the background (workers import MixPR for seconds): liveliness
+        # answers at once, readiness once they are warm, and a request that comes sooner waits for the
+        # first warm worker (issue 59).
+        self._warming = asyncio.create_task(self._warm(compressor, with_router=auto))
         self._starting = asyncio.create_task(self._start_managed())
         freeze_startup_objects()
         self.started = True
@@ -100,9 +111,10 @@ class GatewayState:
             yield
         finally:
             self.started = False
-            self._starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._starting
+            for task in (self._warming, self._starting):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             await self._stop_managed()
             await self.chat.aclose()
             compressor.close()
@@ -130,6 +142,17 @@ class GatewayState:
     def starting(self) -> bool:
         """True until every managed server has been started once (or one failed to)."""
         return not self.started or (self._starting is not None and not self._starting.done())
+
+    async def _warm(self, compressor: Compressor, *, with_router: bool) -> None:
+        try:
+            await compressor.start(with_router=with_router)
+        except Exception as exc:  # readiness says so; the process stays up to answer liveliness
+            self.failure = f"compression: {type(exc).__name__}: {exc}"
+            log.error("warming the compression pool failed: %s", exc)
+            return
+        # The tokenizers' tables loaded since the start's freeze: frozen too, as when the warm-up came
+        # first. Only what is not yet frozen is walked, so this collection is short.
+        freeze_startup_objects()
 
     async def _start_managed(self) -> None:
         for server in self.managed.values():
@@ -179,14 +202,15 @@ def _warn_unhonoured(config: GatewayConfig) -> None:
                         "translation: %s", entry.model_name, why)
 
 
-def create_app(config: GatewayConfig, *, host: str = "127.0.0.1") -> FastAPI:
+def create_app(config: GatewayConfig, *, host: str = "127.0.0.1", workers: Workers | None = None) -> FastAPI:
     """The gateway for ``config``, to be served on ``host``; start it with any ASGI server
-    (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key."""
+    (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key.
+    ``workers``: its compression pool, when already made (and maybe started) for ``config``."""
     exposure.check_bind(config, host)
     patches.install()  # the gateway's own LiteLLM settings; the plug-in never installs them
     redaction.install(config)  # the operator's keys, hosts, model names and files, out of error texts
     _warn_unhonoured(config)
-    state = GatewayState(config, host)
+    state = GatewayState(config, host, workers)
     # FastAPI's own OpenTelemetry bridge looks its providers up on every request (and would record
     # exception messages, which can quote prompts); the gateway reports through /metrics.
     app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None,
@@ -257,7 +281,7 @@ async def readiness(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ready"})
     if gateway.failure:
         body = {"status": "failed", "error": gateway.failure, "problems": problems}
-    elif gateway.starting:
+    elif gateway.starting or gateway.warming:
         body = {"status": "starting", "problems": problems}
     else:
         body = {"status": "unavailable", "problems": problems}

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import TfidfTransformer
-from sklearn.preprocessing import normalize
 
 from mixpr.words import find_words
+
+# scikit-learn is imported where it is used: its import takes 1-2 s (it loads SciPy's stats), and a
+# gateway whose pool's workers run MixPR imports this module but never weighs a word itself (issue 59).
 
 # Words are scikit-learn's default token pattern (2+ word characters) plus lone digits
 # (``mixpr.words``). Lone digits matter to real questions ("season 2", "episode 4", "3 pointers"):
@@ -50,6 +51,8 @@ def tfidf(counts: sp.csr_matrix) -> sp.csr_matrix:
     """``embed`` from a count matrix already made."""
     if counts.shape[1] == 0:
         return counts
+    from sklearn.feature_extraction.text import TfidfTransformer
+
     return TfidfTransformer(norm="l2", smooth_idf=True).fit_transform(counts).astype(np.float32)
 
 
@@ -83,4 +86,6 @@ def unit_rows(W: sp.csr_matrix) -> sp.csr_matrix:
     """``W``'s rows scaled to unit L2 norm, float32: cosines of BM25 rows for the local graph."""
     if W.shape[1] == 0:  # a text with no word (one-letter tokens only): nothing to scale
         return W.astype(np.float32)
+    from sklearn.preprocessing import normalize
+
     return normalize(W, norm="l2").astype(np.float32)

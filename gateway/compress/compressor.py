@@ -23,11 +23,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import mixpr.embedding
 import mixpr.engine
 from gateway.compress import conversation, policy
 from gateway.compress.policy import Control, Target
 from gateway.compress.route_cache import RouteCache
-from gateway.config import MixprSettings
+from gateway.config import GatewayConfig, MixprSettings
 from gateway.errors import CompressionFailed, CompressionUnavailable, ContextLengthExceeded, Overloaded
 from gateway.run import offload
 from gateway.run.bridge import Ticket
@@ -91,6 +92,23 @@ class Outcome:
     tier: str | None = None  # the x-mixpr-price-tier header (gateway.core.tiers): the tier billed, kept under
 
 
+def pool_for(config: GatewayConfig) -> Workers:
+    """The worker pool ``config`` asks for (not started)."""
+    general = config.general_settings
+    return Workers(workers=general.compression_workers, executor=general.compression_executor,
+                   timeout_s=general.compression_timeout_s)
+
+
+def needs_router(config: GatewayConfig) -> bool:
+    """Whether any model asks the auto router, whose LiteLLM the workers then import as they start."""
+    return any(m.settings(config.mixpr_settings).router == "auto" for m in config.model_list)
+
+
+async def start_pool(workers: Workers, *, with_router: bool) -> None:
+    """Start ``workers`` and warm each as compression needs it (``Compressor.start`` does this too)."""
+    await workers.start(_warm_up, with_router)
+
+
 class Compressor:
     """The router cache, and the decision of what reaches the upstream; jobs run on ``workers``."""
 
@@ -106,7 +124,7 @@ class Compressor:
     async def start(self, *, with_router: bool) -> None:
         # Short texts are counted in this process too: loading a tokenizer takes a second or more,
         # which on the first request's loop would stall every other request.
-        await asyncio.gather(self.workers.start(_warm_up, with_router), offload.run(_load_tokenizers))
+        await asyncio.gather(start_pool(self.workers, with_router=with_router), offload.run(_load_tokenizers))
 
     def close(self) -> None:
         self.workers.close()
@@ -347,6 +365,9 @@ def _warm_up(with_router: bool) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
     _hold_for_tests(START_SUFFIX)
     _load_tokenizers()
+    # scikit-learn, which mixpr.embedding imports only when it first weighs words (the gateway's own
+    # process never does when workers are processes): here, so the first job does not pay its import.
+    mixpr.embedding.unit_rows(mixpr.embedding.embed(["warm up", "the worker"]))
     if with_router:
         import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
 

@@ -82,22 +82,33 @@ class Workers:
         self.size = workers
         self.kind = executor
         self.timeout_s = timeout_s
-        self._metrics = metrics
+        self.metrics = metrics  # restarts are counted there; set by whoever serves the pool's figures
         self._workers: list[_Worker] = []
         self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
         self._warm_up: Callable[[], Any] = _noop
         self._respawning: dict[asyncio.Task[None], str] = {}  # replacement being started -> why
         self._failing: str | None = None  # why the last replacement could not be started
         self._watch: asyncio.Task[None] | None = None
+        self._starting: asyncio.Future[None] | None = None
         self._closed = False
 
     async def start(self, warm_up: Callable[..., Any], *args: Any) -> None:
-        """Start every worker and run ``warm_up`` in it now (imports take seconds), not on the first job."""
-        self._warm_up = functools.partial(warm_up, *args)
-        for worker in await asyncio.gather(*(self._spawn() for _ in range(self.size))):
-            self._add(worker)
-        if self.kind == "process":
-            self._watch = asyncio.create_task(self._watch_idle())
+        """Start every worker and run ``warm_up`` in it now (imports take seconds), not on the first job;
+        returns when all are warm.
+
+        Each worker takes jobs as soon as it is warm, so a job that comes during the start waits for
+        the first one rather than for all. A worker that cannot be started is retried as a replacement
+        would be, and readiness says why (a gateway warming in the background has nobody to raise to).
+        A second call waits for the first's workers: the CLI starts the pool while the app still
+        imports (``gateway.starting``), and the app's own start then finds it warming.
+        """
+        if self._starting is None:
+            self._warm_up = functools.partial(warm_up, *args)
+            if self.kind == "process":
+                self._watch = asyncio.create_task(self._watch_idle())
+            self._starting = asyncio.gather(*(self._start_one("warming up") for _ in range(self.size)))
+            self._starting.add_done_callback(_retrieved)
+        await asyncio.shield(self._starting)
 
     async def run(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``fn(*args, **kwargs)`` on a worker; a crash is retried once on another, then ``JobFailed``."""
@@ -138,7 +149,7 @@ class Workers:
         if self._respawning:
             reasons = ", ".join(sorted(set(self._respawning.values())))
             found.append(f"compression pool: no worker can serve, {len(self._respawning)} of {self.size} "
-                         f"restarting ({reasons})")
+                         f"starting ({reasons})")
         if self._failing:
             found.append(f"compression pool: no worker can serve, a worker could not be started "
                          f"({self._failing})")
@@ -204,12 +215,16 @@ class Workers:
         # A dead or killed process's executor is broken; shutting it down joins its threads.
         worker.executor.shutdown(wait=False, cancel_futures=True)
         log.warning("compression worker %s replaced after a %s", worker.pid, reason)
-        if self._metrics is not None:
-            self._metrics.worker_restarts.labels(reason).inc()
-        why = "after a worker died" if reason == "crash" else "after a job timed out"
+        if self.metrics is not None:
+            self.metrics.worker_restarts.labels(reason).inc()
+        self._start_one("after a worker died" if reason == "crash" else "after a job timed out")
+
+    def _start_one(self, why: str) -> asyncio.Task[None]:
+        """A worker started in the background; ``why`` is what readiness says until it is up."""
         task = asyncio.create_task(self._respawn())
         self._respawning[task] = why
         task.add_done_callback(self._respawning.pop)
+        return task
 
     async def _respawn(self) -> None:
         attempt = 0
@@ -258,6 +273,13 @@ def _forget(worker: _Worker) -> Callable[[asyncio.Task[Any]], None]:
         if not task.cancelled():
             task.exception()  # retrieved: a caller that left must not leave a "never retrieved" warning
     return done
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """A start cut short (closed, or the process stopping first) has nobody left awaiting it: its
+    CancelledError is retrieved here rather than logged as "never retrieved" at exit."""
+    if not future.cancelled():
+        future.exception()
 
 
 def _started(parent: int | None, warm_up: Callable[[], Any]) -> int:

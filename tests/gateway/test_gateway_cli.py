@@ -33,13 +33,17 @@ def test_serves_models_on_the_given_port(tmp_path: Path) -> None:
         deadline = time.monotonic() + 240  # imports LiteLLM: minutes on a busy 2-core machine
         while True:
             try:
-                response = httpx.get(f"http://127.0.0.1:{port}/v1/models")
+                # It listens before the gateway is loaded (issue 59): the request waits for it.
+                response = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=240)
                 break
             except httpx.ConnectError:
                 assert process.poll() is None and time.monotonic() < deadline
                 time.sleep(0.1)
         assert response.json()["data"][0]["id"] == "local"
-        assert httpx.get(f"http://127.0.0.1:{port}/health/readiness").json() == {"status": "ready"}
+        while (ready := httpx.get(f"http://127.0.0.1:{port}/health/readiness")).status_code != 200:
+            assert ready.json()["status"] == "starting" and time.monotonic() < deadline
+            time.sleep(0.1)
+        assert ready.json() == {"status": "ready"}
     finally:
         process.terminate()
         process.wait(60)

@@ -20,13 +20,15 @@ def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
-def wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: float) -> float:
-    """Seconds from ``started`` until ``url`` answers its liveliness check."""
+def wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: float,
+               path: str = "/health/liveliness") -> float:
+    """Seconds from ``started`` until ``url`` answers 200 on ``path`` (the gateway's readiness: it
+    listens before it has loaded, issue 59)."""
     while time.monotonic() - started < STARTUP_TIMEOUT_S:
         if process.poll() is not None:
             raise RuntimeError(f"{url} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(url + "/health/liveliness", timeout=2).status_code == 200:
+            if httpx.get(url + path, timeout=2).status_code == 200:
                 return time.monotonic() - started
         except httpx.TransportError:
             pass

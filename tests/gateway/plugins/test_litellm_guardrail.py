@@ -131,7 +131,7 @@ def proxy_url(upstream: FakeUpstream, scripted: ScriptedUpstream,
     proxy = start([str(Path(sys.executable).parent / "litellm"), "--config", str(folder / "proxy.yaml"),
                     "--host", "127.0.0.1", "--port", str(proxy_port)], folder / "proxy.log")
     try:
-        ready = wait_alive(gateway_url, gateway, folder / "gateway.log", started)
+        ready = wait_alive(gateway_url, gateway, folder / "gateway.log", started, "/health/readiness")
         seconds = wait_alive(proxy_url, proxy, folder / "proxy.log", started)
         # Shown with -s: the slowest step of the suite.
         print(f"\ngateway answered after {ready:.1f} s, LiteLLM proxy after {seconds:.1f} s")

@@ -73,7 +73,7 @@ def proxy(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> I
     process = start([str(Path(sys.executable).parent / "litellm"), "--config", str(folder / "proxy.yaml"),
                      "--host", "127.0.0.1", "--port", str(proxy_port)], folder / "proxy.log")
     try:
-        wait_alive(gateway_url, gateway, folder / "gateway.log", started)
+        wait_alive(gateway_url, gateway, folder / "gateway.log", started, "/health/readiness")
         wait_alive(proxy_url, process, folder / "proxy.log", started)
         with openai.OpenAI(base_url=proxy_url + "/v1", api_key=PROXY_KEY, max_retries=0, timeout=120) as c:
             yield c

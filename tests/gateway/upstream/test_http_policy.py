@@ -216,7 +216,8 @@ class GatewayProcess:
         deadline = time.monotonic() + 180
         while True:
             try:
-                if httpx.get(self.url + "/health/liveliness", trust_env=False).status_code == 200:
+                # Readiness: it listens before it has loaded (issue 59); these tests time nothing.
+                if httpx.get(self.url + "/health/readiness", trust_env=False).status_code == 200:
                     return self
             except httpx.TransportError:
                 pass

@@ -1,0 +1,144 @@
+"""Start-up (issue 59): seconds from launching ``mixpr-gateway`` to a 200 on ``/health/liveliness`` and
+on ``/health/readiness``, median of N starts, with one OpenAI-compatible model and no embedded server.
+
+``--against PATH`` times another checkout (its own ``.venv``, e.g. ``/work/main``) in the same run, its
+starts alternating with this one's, so both see the same load; the load average is printed beside them.
+
+    .venv/bin/python -m bench.startup                          # 5 starts of this checkout
+    .venv/bin/python -m bench.startup --against ../main        # old beside new, alternating
+    .venv/bin/python -m bench.startup --runs 9 --json out/startup.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PATHS = ("/health/liveliness", "/health/readiness")
+POLL_S = 0.02  # finer than any difference worth reporting, coarse enough not to load the machine
+GIVE_UP_S = 300.0  # a loaded 2-core machine has taken over a minute
+# Nothing listens on port 9 (discard): a start must not need its upstream.
+MODEL = {"model_name": "m", "litellm_params": {"model": "openai/x", "api_base": "http://127.0.0.1:9/v1",
+                                               "api_key": "x"}}
+
+
+@dataclass
+class Checkout:
+    """One checkout to time: its folder (holding ``.venv``) and the seconds of each start, per path."""
+
+    root: Path
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PATHS})
+
+    @property
+    def python(self) -> Path:
+        return self.root / ".venv" / "bin" / "python"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(folder: Path) -> Path:
+    path = folder / "startup.yaml"
+    path.write_text(json.dumps({"model_list": [MODEL]}))  # JSON is YAML
+    return path
+
+
+def status(port: int, path: str) -> int | None:
+    """The status ``path`` answers with now, or None while nothing listens."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path)
+        return conn.getresponse().status
+    except OSError:
+        return None
+    finally:
+        conn.close()
+
+
+def time_start(checkout: Checkout, config: Path) -> dict[str, float]:
+    """Launch one gateway, poll both health paths until each answers 200, stop it."""
+    port = free_port()
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    argv = [str(checkout.python), "-m", "gateway", "--config", str(config), "--port", str(port),
+            "--log-level", "warning"]
+    begun = time.monotonic()
+    proc = subprocess.Popen(argv, cwd=checkout.root, env=env, stdout=subprocess.DEVNULL)
+    found: dict[str, float] = {}
+    try:
+        while len(found) < len(PATHS):
+            if proc.poll() is not None or time.monotonic() - begun > GIVE_UP_S:
+                raise RuntimeError(f"{checkout.root}: gateway exited or never became ready")
+            for path in PATHS:
+                if path not in found and status(port, path) == 200:
+                    found[path] = time.monotonic() - begun
+            time.sleep(POLL_S)
+    finally:
+        stop(proc)
+    return found
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run(checkouts: list[Checkout], runs: int) -> None:
+    """``runs`` starts of each checkout, alternating, so a change in load hits both alike."""
+    with tempfile.TemporaryDirectory() as folder:
+        config = write_config(Path(folder))
+        for i in range(runs):
+            for checkout in checkouts:
+                for path, seconds in time_start(checkout, config).items():
+                    checkout.seconds[path].append(seconds)
+                times = ", ".join(f"{p.rsplit('/', 1)[1]} {s[-1]:.2f} s" for p, s in checkout.seconds.items())
+                print(f"  start {i + 1}/{runs} {checkout.root}: {times}", flush=True)
+
+
+def report(checkouts: list[Checkout], load: tuple[float, ...]) -> dict[str, object]:
+    rows = {str(c.root): {p.rsplit("/", 1)[1]: {"median_s": round(statistics.median(s), 2),
+                                               "runs_s": [round(x, 2) for x in s]}
+                          for p, s in c.seconds.items()}
+            for c in checkouts}
+    print(f"\nmedian of {len(checkouts[0].seconds[PATHS[0]])} starts to a 200 "
+          f"(load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs):")
+    for root, row in rows.items():
+        print(f"  {root:40} liveliness {row['liveliness']['median_s']:6.2f} s   "
+              f"readiness {row['readiness']['median_s']:6.2f} s")
+    return {"load_before": load[0], "load_after": os.getloadavg()[0], "checkouts": rows}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--against", type=Path, action="append", default=[],
+                        help="another checkout with its own .venv, timed in the same run (repeatable)")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args(argv)
+    checkouts = [Checkout(ROOT), *(Checkout(p.resolve()) for p in args.against)]
+    load = os.getloadavg()
+    run(checkouts, args.runs)
+    result = report(checkouts, load)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

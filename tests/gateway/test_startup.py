@@ -1,0 +1,127 @@
+"""A start that does only what the first request needs (issue 59), on real ``python -m gateway`` processes:
+liveliness answers while the gateway loads and its pool warms, readiness says when compression is warm,
+a request that comes sooner is served (only later), and the gateway's own process never imports
+scikit-learn when its workers compress."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from conftest import MASTER_KEY, closed_port, gateway_config
+from fake_upstream import FakeUpstream
+from pool_control import long_messages
+from processes import GatewayProcess
+
+from gateway.compress.compressor import START_SUFFIX, TEST_HOLD_ENV
+
+AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
+DEADLINE_S = 240  # a start on a busy 2-core machine has taken minutes
+
+
+def _config(folder: Path, upstream: FakeUpstream) -> Path:
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(gateway_config(upstream.base_url)))
+    return path
+
+
+def _until(gateway: GatewayProcess, path: str, accept: Callable[[httpx.Response], bool]) -> httpx.Response:
+    """The first answer on ``path`` that ``accept`` accepts, polled while the gateway runs."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        assert gateway.process.poll() is None, f"gateway exited: {gateway.logged()[-3000:]}"
+        assert time.monotonic() < deadline, f"gave up waiting: {gateway.logged()[-3000:]}"
+        try:
+            if accept(answer := httpx.get(gateway.url + path, timeout=5)):
+                return answer
+        except httpx.TransportError:  # not listening yet
+            pass
+        time.sleep(0.05)
+
+
+def _ok(answer: httpx.Response) -> bool:
+    return answer.status_code == 200
+
+
+def _mapped(pid: int) -> str:
+    """The files process ``pid`` has mapped: every compiled extension it imported is one."""
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def test_liveliness_answers_while_the_pool_warms_and_an_early_request_is_served(
+    upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hold = tmp_path / "hold"
+    starting = Path(str(hold) + START_SUFFIX)
+    starting.touch()  # every worker's warm-up waits while this file exists
+    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    gateway = GatewayProcess(_config(tmp_path, upstream), log=tmp_path / "gateway.log")
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        alive = _until(gateway, "/health/liveliness", _ok)
+        assert alive.json() == {"status": "alive"}
+        assert httpx.get(gateway.url + "/health/readiness").json()["status"] == "starting"
+        upstream.clear()
+        early = pool.submit(httpx.post, gateway.url + "/v1/chat/completions", headers=AUTH,
+                            timeout=DEADLINE_S, json={"model": "small", "messages": long_messages(seed=11)})
+        # Loaded, the pool still cold: readiness names it, and the request waits for a warm worker.
+        held = _until(gateway, "/health/readiness", lambda r: r.json()["problems"] == [
+            "compression pool: no worker can serve, 1 of 1 starting (warming up)"])
+        assert (held.status_code, held.json()["status"]) == (503, "starting")
+        assert not early.done()
+        starting.unlink()
+        response = early.result(timeout=DEADLINE_S)
+        assert (response.status_code, response.headers["x-mixpr-action"]) == (200, "compressed")
+        [sent] = upstream.received("small")
+        assert len(sent.json["messages"][0]["content"]) < len(long_messages(seed=11)[0]["content"]) / 2
+        ready = _until(gateway, "/health/readiness", _ok)
+        assert ready.json() == {"status": "ready"}
+    finally:
+        starting.unlink(missing_ok=True)
+        pool.shutdown(wait=False, cancel_futures=True)
+        gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
+    folder = tmp_path_factory.mktemp("startup")
+    started = GatewayProcess(_config(folder, upstream), log=folder / "gateway.log").wait()
+    yield started
+    started.stop()
+
+
+def test_the_gateway_process_leaves_scikit_learn_to_its_workers(gateway: GatewayProcess) -> None:
+    # scikit-learn's import (with SciPy's stats) takes seconds of every start; only the workers weigh words.
+    response = httpx.post(gateway.url + "/v1/chat/completions", headers=AUTH, timeout=DEADLINE_S,
+                          json={"model": "small", "messages": long_messages(seed=12)})
+    assert (response.status_code, response.headers["x-mixpr-action"]) == (200, "compressed")
+    assert "/sklearn/" not in _mapped(gateway.process.pid)
+    assert any("/sklearn/" in _mapped(child) for child in _children(gateway.process.pid))
+
+
+def test_a_start_that_fails_behind_the_listening_server_exits_3_and_says_why(tmp_path: Path) -> None:
+    # The store's path fails in the gateway's own start, after the server listens and the pool has
+    # begun to warm: the process still exits as a failed start did, naming the setting, and nothing else.
+    config = tmp_path / "config.yaml"
+    model = {"model_name": "m", "litellm_params": {"model": "openai/x"}}
+    folder = {"stats_path": str(tmp_path)}  # a folder: no store opens there
+    config.write_text(yaml.safe_dump({"model_list": [model], "general_settings": folder}))
+    argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(closed_port())]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE_S)
+    assert done.returncode == 3
+    assert "general_settings.stats_path" in done.stderr and "cannot open the stats store" in done.stderr
+    assert "never retrieved" not in done.stderr
