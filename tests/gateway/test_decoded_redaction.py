@@ -1,6 +1,6 @@
 """Issue 57: redaction acts on decoded values at every exit, and an error is what it says whatever
 the status. Every relay (chat, Responses, Anthropic Messages, compact) and LiteLLM's path, in front
-of an upstream scripted per test (``scripted_upstream``): the secret put after a JSON escape (``\\n``,
+of an upstream scripted per test (``answering_upstream``): the secret put after a JSON escape (``\\n``,
 Go's ``\\u003c``), in error shapes that are not OpenAI's (TGI's ``{"error": "<text>"}``,
 ``{"errors": [...]}``), in 2xx bodies that are errors, in stream events without an event type, and
 in nested config values (``extra_headers``), never reaches the client."""
@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
+from answering_upstream import Answer, AnsweringUpstream, json_answer, sse_answer
 from conftest import MASTER_KEY, ServerThread
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from scripted_upstream import Answer, ScriptedUpstream, json_answer, sse_answer
 
 from gateway import create_app
 from gateway.config import parse_config
@@ -32,8 +32,8 @@ HELLO = [{"role": "user", "content": "hello"}]
 
 
 @pytest.fixture(scope="module")
-def scripted() -> Iterator[ScriptedUpstream]:
-    server = ScriptedUpstream().start()
+def scripted() -> Iterator[AnsweringUpstream]:
+    server = AnsweringUpstream().start()
     yield server
     server.stop()
 
@@ -52,23 +52,23 @@ def _config(base: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def url(scripted: ScriptedUpstream) -> Iterator[str]:
+def url(scripted: AnsweringUpstream) -> Iterator[str]:
     server = ServerThread(create_app(parse_config(_config(scripted.base_url)))).start()
     yield server.url
     server.stop()
 
 
-def _secrets(scripted: ScriptedUpstream) -> list[str]:
+def _secrets(scripted: AnsweringUpstream) -> list[str]:
     return [KEY, KEY[3:], TENANT, BILLING, ANTHROPIC_KEY, f"127.0.0.1:{scripted.port}", CHAT, RESP, ANTH,
             TENANTED]
 
 
-def _leaks(response: httpx.Response, scripted: ScriptedUpstream) -> list[str]:
+def _leaks(response: httpx.Response, scripted: AnsweringUpstream) -> list[str]:
     seen = (response.text + " " + " ".join(f"{k}: {v}" for k, v in response.headers.items())).lower()
     return [s for s in _secrets(scripted) if s.lower() in seen]
 
 
-def _said(scripted: ScriptedUpstream, model: str, escape: str = "\n") -> str:
+def _said(scripted: AnsweringUpstream, model: str, escape: str = "\n") -> str:
     """What a careless upstream says: every operator value, each right after ``escape``."""
     return escape.join(["could not load", KEY, f"127.0.0.1:{scripted.port}", model, "retry later"])
 
@@ -105,7 +105,7 @@ NOT_OPENAI = {
 @pytest.mark.parametrize("shape", sorted(NOT_OPENAI))
 @pytest.mark.parametrize("route", ["chat", "chat stream", "responses", "responses stream", "compact",
                                    "responses over chat", "litellm", "litellm responses", "embeddings"])
-def test_an_error_body_in_any_shape_loses_what_follows_an_escape(url: str, scripted: ScriptedUpstream,
+def test_an_error_body_in_any_shape_loses_what_follows_an_escape(url: str, scripted: AnsweringUpstream,
                                                                  route: str, shape: str) -> None:
     model = ROUTES[route][1]
     scripted.script(model, json_answer(500, NOT_OPENAI[shape](_said(scripted, model))))
@@ -118,7 +118,7 @@ def test_an_error_body_in_any_shape_loses_what_follows_an_escape(url: str, scrip
 # -- defect 6 and the credential variables: nested config values and LiteLLM's own variables ---------
 
 @pytest.mark.parametrize("route", ["litellm", "litellm responses", "embeddings"])
-def test_a_tenant_token_in_extra_headers_never_reaches_the_client(url: str, scripted: ScriptedUpstream,
+def test_a_tenant_token_in_extra_headers_never_reaches_the_client(url: str, scripted: AnsweringUpstream,
                                                                   route: str) -> None:
     """``x-tenant-token`` in ``litellm_params.extra_headers``, quoted back by the upstream."""
     scripted.script(TENANTED, json_answer(500, {"error": {"message": f"tenant {TENANT} over quota",
@@ -172,7 +172,7 @@ CREATED = _event("response.created", {"type": "response.created", "sequence_numb
 
 
 @pytest.mark.parametrize("escape", ["\n", "\t", "<", "\\", '"'])
-def test_a_value_after_a_json_escape_in_an_error_event_is_redacted(url: str, scripted: ScriptedUpstream,
+def test_a_value_after_a_json_escape_in_an_error_event_is_redacted(url: str, scripted: AnsweringUpstream,
                                                                    escape: str) -> None:
     """``"...loaded:\\nsk-..."``: on the raw SSE text the redactor saw the ``n`` of ``\\n`` before
     the key; Go's encoder writes ``<`` as ``\\u003c``, which hid it the same way."""
@@ -186,7 +186,7 @@ def test_a_value_after_a_json_escape_in_an_error_event_is_redacted(url: str, scr
     assert "could not load" in response.text
 
 
-def test_an_untyped_error_event_is_the_apis_error_event(url: str, scripted: ScriptedUpstream) -> None:
+def test_an_untyped_error_event_is_the_apis_error_event(url: str, scripted: AnsweringUpstream) -> None:
     """vLLM's mid-stream ``data: {"error": {...}}``, without an event type."""
     error = {"message": _said(scripted, RESP), "type": "server_error", "code": "overloaded"}
     scripted.script(RESP, sse_answer(CREATED, b"data: " + json.dumps({"error": error}).encode() + b"\n\n"))
@@ -198,7 +198,7 @@ def test_an_untyped_error_event_is_the_apis_error_event(url: str, scripted: Scri
     assert events[-1]["message"].startswith("could not load")
 
 
-def test_the_gateways_error_event_counts_no_comments(url: str, scripted: ScriptedUpstream) -> None:
+def test_the_gateways_error_event_counts_no_comments(url: str, scripted: AnsweringUpstream) -> None:
     """An upstream that ends early after keep-alive comments: the gateway's ``error`` event follows
     the upstream's numbering (one event: number 1), not the comments'."""
     scripted.script(RESP, sse_answer(b": keep-alive\n\n", CREATED, b": keep-alive\n\n: keep-alive\n\n"))
@@ -210,12 +210,12 @@ def test_the_gateways_error_event_counts_no_comments(url: str, scripted: Scripte
 
 # -- defects 2 and 3: an error is what it says, whatever the status ----------------------------------
 
-def _openrouter_error(scripted: ScriptedUpstream, model: str) -> dict[str, Any]:
+def _openrouter_error(scripted: AnsweringUpstream, model: str) -> dict[str, Any]:
     return {"error": {"code": 502, "message": _said(scripted, model), "metadata": {"provider_name": "acme"}}}
 
 
 @pytest.mark.parametrize("route", ["chat", "responses over chat", "compact", "responses", "litellm"])
-def test_a_200_whose_body_is_an_error_leaves_by_the_one_exit(url: str, scripted: ScriptedUpstream,
+def test_a_200_whose_body_is_an_error_leaves_by_the_one_exit(url: str, scripted: AnsweringUpstream,
                                                              route: str) -> None:
     """OpenRouter's documented 200 with ``{"error": ...}`` once a model has started: the relays
     answer as LiteLLM's path does, a redacted 502 in OpenAI's shape (never an empty ``completed``)."""
@@ -227,7 +227,7 @@ def test_a_200_whose_body_is_an_error_leaves_by_the_one_exit(url: str, scripted:
     assert "could not load" in response.json()["error"]["message"], response.text
 
 
-def test_an_anthropic_200_that_is_an_error_is_anthropics_502(url: str, scripted: ScriptedUpstream) -> None:
+def test_an_anthropic_200_that_is_an_error_is_anthropics_502(url: str, scripted: AnsweringUpstream) -> None:
     error = {"type": "error", "error": {"type": "overloaded_error", "message": _said(scripted, ANTH)}}
     scripted.script(ANTH, json_answer(200, error))
     response = _ask(url, "messages")
@@ -238,7 +238,7 @@ def test_an_anthropic_200_that_is_an_error_is_anthropics_502(url: str, scripted:
     assert body["error"]["message"].startswith("could not load")
 
 
-def test_a_failed_response_at_200_leaves_by_the_one_exit(url: str, scripted: ScriptedUpstream) -> None:
+def test_a_failed_response_at_200_leaves_by_the_one_exit(url: str, scripted: AnsweringUpstream) -> None:
     """A non-streamed Response with ``status: "failed"`` quotes the key, the host and the model in its
     ``error.message``; streamed, the same object (``response.failed``) was already redacted."""
     failed = {"id": "resp_1", "object": "response", "status": "failed", "model": RESP, "output": [],
@@ -250,7 +250,7 @@ def test_a_failed_response_at_200_leaves_by_the_one_exit(url: str, scripted: Scr
     assert response.json()["error"]["code"] == "server_error"
 
 
-def test_a_non_json_200_on_the_responses_relay_is_a_502(url: str, scripted: ScriptedUpstream) -> None:
+def test_a_non_json_200_on_the_responses_relay_is_a_502(url: str, scripted: AnsweringUpstream) -> None:
     scripted.script(RESP, Answer(200, f"<html>{_said(scripted, RESP)}</html>".encode(), "text/html"))
     response = _ask(url, "responses")
     assert response.status_code == 502 and response.json()["error"]["code"] == "upstream_invalid_response"
@@ -291,7 +291,7 @@ STATUSES = [200, 201, 400, 404, 409, 422, 429, 500, 502, 503, 529]
 @given(route=st.sampled_from(PROPERTY_ROUTES), status=st.sampled_from(STATUSES),
        shape=st.sampled_from(sorted(SHAPES)), before=st.sampled_from(ESCAPES), after=st.sampled_from(ESCAPES),
        secret=st.integers(0, 8))
-def test_no_answer_carries_an_operators_value(url: str, scripted: ScriptedUpstream, route: str, status: int,
+def test_no_answer_carries_an_operators_value(url: str, scripted: AnsweringUpstream, route: str, status: int,
                                               shape: str, before: str, after: str, secret: int) -> None:
     """Whatever the route, the status and the shape of an upstream's error, a configured secret, host
     or upstream model name right after (and before) any JSON escape never reaches the client; the
@@ -321,7 +321,7 @@ def test_two_aliases_of_one_upstream_model_never_name_each_other() -> None:
 
 
 def test_a_stream_answered_with_a_whole_response_keeps_the_answer(url: str,
-                                                                  scripted: ScriptedUpstream) -> None:
+                                                                  scripted: AnsweringUpstream) -> None:
     """A streamed ``/v1/responses`` whose upstream answered plain JSON: its events, the answer in them."""
     item = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
             "content": [{"type": "output_text", "text": "The answer is 42.", "annotations": []}]}

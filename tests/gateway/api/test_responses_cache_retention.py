@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from answering_upstream import AnsweringUpstream, json_answer
 from conftest import MASTER_KEY, ServerThread
-from scripted_upstream import ScriptedUpstream, json_answer
 
 from gateway import create_app
 from gateway.config import parse_config
@@ -20,8 +20,8 @@ COMPLETION = {"id": "c1", "object": "chat.completion", "created": 1, "model": "u
 
 
 @pytest.fixture(scope="module")
-def served() -> Iterator[tuple[str, ScriptedUpstream]]:
-    scripted = ScriptedUpstream().start()
+def served() -> Iterator[tuple[str, AnsweringUpstream]]:
+    scripted = AnsweringUpstream().start()
     scripted.script("up-relay", json_answer(200, {**COMPLETION, "model": "up-relay"}))
     scripted.script("up-litellm", json_answer(200, {**COMPLETION, "model": "up-litellm"}))
     base = scripted.base_url
@@ -37,7 +37,7 @@ def served() -> Iterator[tuple[str, ScriptedUpstream]]:
 
 
 @pytest.mark.parametrize("model", ["relayed", "translated"])
-def test_prompt_cache_retention_reaches_a_chat_upstream(served: tuple[str, ScriptedUpstream],
+def test_prompt_cache_retention_reaches_a_chat_upstream(served: tuple[str, AnsweringUpstream],
                                                         model: str) -> None:
     url, scripted = served
     body = {"model": model, "input": "hello", "prompt_cache_retention": "24h", "prompt_cache_key": "k-1"}

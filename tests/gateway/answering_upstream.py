@@ -32,7 +32,7 @@ def sse_answer(*events: bytes, status: int = 200) -> Answer:
 
 
 @dataclass
-class ScriptedUpstream:
+class AnsweringUpstream:
     answers: dict[str, Answer] = field(default_factory=dict)
     paths: list[str] = field(default_factory=list)
     bodies: list[dict] = field(default_factory=list)  # what each request sent, in order
@@ -47,7 +47,7 @@ class ScriptedUpstream:
         with self._lock:
             self.answers[model] = answer
 
-    def start(self) -> ScriptedUpstream:
+    def start(self) -> AnsweringUpstream:
         self.loop = asyncio.new_event_loop()
         self.server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
         self.port = self.server.sockets[0].getsockname()[1]
