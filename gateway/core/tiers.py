@@ -19,7 +19,7 @@ def billed(prices: Prices, tokens: int) -> str:
     return "base" if tier is None else f"above-{tier.above // 1000}k"
 
 
-def kept_under(prices: Prices, line: int | None, original: int, final: int) -> int | None:
+def kept_under(line: int | None, original: int, final: int) -> int | None:
     """The line the request was kept under: the client's request would have passed it, what was sent
     does not."""
     if line is None or original <= line or final > line:
@@ -31,14 +31,14 @@ def report(prices: Prices, line: int | None, original: int, final: int) -> str |
     """The header's value; None for a model whose prices have no tier."""
     if not prices.tiers:
         return None
-    under = kept_under(prices, line, original, final)
+    under = kept_under(line, original, final)
     return f"billed={billed(prices, final)}" + (f"; kept-under={under}" if under is not None else "")
 
 
 def saved(prices: Prices, line: int | None, original: int, final: int) -> float:
     """What keeping the request under ``line`` saved, in input tokens' worth at the base price (0 when
     it was not kept under one)."""
-    if kept_under(prices, line, original, final) is None:
+    if kept_under(line, original, final) is None:
         return 0.0
     tier = prices.tier(original)
     times = tier.times(prices) if tier is not None else 1.0
