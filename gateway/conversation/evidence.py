@@ -11,10 +11,12 @@ best match are kept, so a question the earlier text does not answer adds little.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +33,10 @@ KEEP_SHARE = 0.1
 # With first-sight forms to leave out, MixPR is asked for this many times the cap: the passages they
 # already hold are dropped and the best of the rest fill it.
 WIDEN = 1.25
-SENT_WORDS = 4  # a unit shorter than this is not known as sent by being found in what was sent
+SENT_WORDS = 4  # a unit shorter than this is known as sent by its place, not by its text (``Known``)
+# What lies between two kept units of a sent text: blanks, gap marks ("[…]", "[… lines 12–40 omitted
+# …]", "[... 9 lines ...]"), the evidence block's tags.
+_SKIP = re.compile(r"(?:\s|…|\[(?:…|\.\.\.)[^\]\n]*\]|<earlier_context[^>]*>|</earlier_context>)*")
 _WORD = re.compile(r"[^\W_]{3,}")
 # Where a kept span is split into the units compared with what was sent before: line ends, and
 # sentence ends in a long line (a page flattened to one line, a contract clause).
@@ -69,8 +74,10 @@ class Spent:
         """The next block's tokens: ``wanted``, at most what is still unsent (its tags included)."""
         return min(wanted, self.unsent - TAG_TOKENS)
 
-    def present(self) -> str:
-        return "\n".join(self.sent)
+    def present(self) -> tuple[str, ...]:
+        """What was sent of the documents, each text apart: each keeps their order, so each is walked
+        beside them on its own (``Known``)."""
+        return tuple(self.sent)
 
     def salt(self) -> str:
         """The next block's name salt: the documents and everything sent of them so far."""
@@ -99,13 +106,15 @@ def _update(digest: Any, text: str) -> None:
 
 
 def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
-                 present: str = "") -> tuple[str, int]:
+                 present: str | Sequence[str] = "") -> tuple[str, int]:
     """In a worker: the evidence block for ``question`` from the earlier ``texts`` (whole: a later
     reset may send less of them than their first forms did, and the block must not depend on it),
     within ``cap`` tokens, and its tokens; ("", 0) when nothing matches. Passages that ``present``
     (the texts' first-sight forms, sent before the question) already holds are not repeated: MixPR
     is asked for ``WIDEN`` times the cap, and of the new passages the best matches with the
     question fill the cap, in the document's order."""
+    sent = [text for text in ([present] if isinstance(present, str) else present) if text]
+    present = "\n".join(sent)
     joined = SEPARATOR.join([*texts, question])
     starts = _starts(texts)
     asked = int(cap * (WIDEN if present else 1)) + count_tokens(question, model)
@@ -114,8 +123,10 @@ def evidence_job(question: str, texts: list[str], cap: int, model: str | None,
                             query_span=(len(joined) - len(question), len(joined)))
     # Unit by unit, whatever span MixPR returned (a budget over the text returns it as one span),
     # before touching units are joined into passages.
+    known = Known(joined, [unit for start, text in zip(starts, texts, strict=True)
+                           for unit in units(joined, (start, start + len(text)))], sent)
     spans = [unit for span in result.spans for unit in units(joined, span)
-             if not _sent(joined[unit[0]:unit[1]].strip(), present)]
+             if not _sent(joined[unit[0]:unit[1]].strip(), present) and not known.holds(unit)]
     found = [p for p in _passages(spans, texts, starts, joined) if p not in present]
     passages = _best(found, _scores(found, question), cap, model)
     if not passages:
@@ -130,6 +141,51 @@ def _sent(unit: str, present: str) -> bool:
     passage, and dropping it cut the clause it ends short (the passage-level check in
     ``evidence_job`` still drops one that stands alone)."""
     return bool(present) and len(_WORD.findall(unit)) >= SENT_WORDS and unit in present
+
+
+class Known:
+    """Which short units of the documents (a table's row, a log line, a list item: under
+    ``SENT_WORDS`` words, which ``_sent`` cannot tell by their text) were sent, decided by their
+    place. Each text sent (a form, an earlier block) keeps the documents' order, so it is walked once
+    beside their units: a short unit is sent when it stands where the walk stands (past blanks and
+    gap marks), or, when the documents hold it once, as a whole line further on. Finding a "Yes." or
+    a "[***]." somewhere says nothing about this one; a row the form kept is the next thing in the
+    form when its turn comes."""
+
+    def __init__(self, joined: str, doc_units: list[tuple[int, int]], sent: Sequence[str]) -> None:
+        texts = [joined[lo:hi].strip() for lo, hi in doc_units]
+        once = {unit for unit, n in Counter(texts).items() if n == 1}
+        found: set[int] = set()
+        for text in sent:
+            found.update(_aligned(texts, once, text))
+        self.spans = [doc_units[k] for k in sorted(found)]
+        self.starts = [lo for lo, _ in self.spans]
+
+    def holds(self, unit: tuple[int, int]) -> bool:
+        """Whether ``unit`` (offsets in the documents) lies inside a short unit that was sent."""
+        at = bisect.bisect_right(self.starts, unit[0]) - 1
+        return at >= 0 and self.spans[at][0] <= unit[0] and unit[1] <= self.spans[at][1]
+
+
+def _aligned(units: list[str], once: set[str], text: str) -> list[int]:
+    """The numbers of the short ``units`` that ``text`` holds, in one walk in the documents' order
+    (linear: a long unit moves the walk only where it stands; the whole lines are indexed once)."""
+    lines: dict[str, list[int]] = {}
+    for match in re.finditer(r"[^\n]+", text):
+        lines.setdefault(match.group().strip(), []).append(match.start())
+    found, at = [], 0
+    for number, unit in enumerate(units):
+        where = _SKIP.match(text, at).end()  # type: ignore[union-attr]  # (it matches the empty string)
+        if not text.startswith(unit, where):
+            places = lines.get(unit, []) if unit in once else []
+            later = bisect.bisect_left(places, at)
+            where = places[later] if later < len(places) else -1
+        if where < 0:
+            continue
+        at = where + len(unit)
+        if len(_WORD.findall(unit)) < SENT_WORDS:
+            found.append(number)
+    return found
 
 
 def wanted(room: int, document: int, share: float, document_share: float) -> float:

@@ -66,8 +66,10 @@ class Followups:
     after a reset at ``i``, message ``i``'s blocks asked again, leaving out what the reset kept rather
     than what it dropped."""
 
-    def __init__(self, plan: Plan, room: int, block: Block) -> None:
-        self.plan, self.room, self.block = plan, room, block
+    def __init__(self, plan: Plan, room: int, block: Block, bound: int | None = None) -> None:
+        # ``bound``: cost mode's budget (what a reset brings the total to), which a block never passes
+        # (the room may be the whole window when no trigger is set: a tenth of it is no budget's bound)
+        self.plan, self.room, self.block, self.bound = plan, room, block, bound
         self.asks = asks(plan)
         self.bases: dict[tuple[int, ...], Any] = {}  # the documents hashed once (``evidence.searched``)
         self.given: dict[tuple[int, ...], list[int]] = {}  # documents -> the asks that got blocks
@@ -82,6 +84,8 @@ class Followups:
             more = plan.request.more_evidence if i == len(plan.request.messages) - 1 else 1.0
             wanted = evidence.wanted(min(self.room, settings.max_budget_tokens), spent.whole,
                                      settings.prefix.evidence, settings.prefix.evidence_document)
+            if self.bound is not None:
+                wanted = min(wanted, self.bound)
             cap = spent.cap(int(wanted * more))
             if cap < evidence.MIN_TOKENS:  # the forms and the earlier blocks hold about all of it
                 continue

@@ -157,7 +157,8 @@ class History:
         sizes = resets.Sizes([plan.size(j, ORIGINAL) for j in range(len(request.messages))],
                              lambda: self._first_sight(plan, bridge),
                              _verbatim_first(request))
-        asked = followups.Followups(plan, space.at, lambda *ask: self._block(plan, bridge, *ask))
+        asked = followups.Followups(plan, space.at, lambda *ask: self._block(plan, bridge, *ask),
+                                    bound=space.after)
         rules = resets.Rules(
             room=space.at, share=space.share, older_end=reach.older_end, last_end=reach.last_end,
             movable=lambda i, end, levels, wide: plan.movable(end, levels, wide, reach.user(i)),

@@ -31,7 +31,9 @@ def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previo
     # Compared before the breakpoint is added: a marker that moves along is not a changed byte
     # of the prompt the provider caches.
     problems = checks.problems(request.messages, sent)
-    if problems or final > target.limit:
+    # never more than the client sent (a follow-up's evidence that repeats what the forms hold, a form
+    # whose gap marks outweigh what it cut): then the request goes as the client sent it
+    if problems or final > target.limit or final > original:
         return fallback(plan, problems, original, final)
     same, basis = reused(plan, scanned, sent, previous, model_name, memory, prefixes)
     kept = plan.constant + sum(sizes[:same]) if same else 0

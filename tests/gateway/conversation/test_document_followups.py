@@ -8,6 +8,7 @@ reference (``pydoc_data.topics``), which every Python ships."""
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections.abc import Iterator
 from pydoc_data.topics import topics
@@ -17,9 +18,12 @@ import httpx
 import pytest
 from conftest import MASTER_KEY, ServerThread
 from fake_upstream import FakeUpstream
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gateway import create_app
 from gateway.config import parse_config
+from gateway.conversation.evidence import CLOSE
 from mixpr.tokens import count_tokens
 
 # The review's shape: a cost budget of 1,000 tokens and a document of about 1.4k.
@@ -37,7 +41,8 @@ def _config(upstream: str) -> dict[str, Any]:
         return {"model_name": name, "model_info": {"max_input_tokens": window}, "mixpr": mixpr,
                 "litellm_params": {"model": f"openai/{name}", "api_base": upstream, "api_key": "x"}}
 
-    models = [entry("budget", 32_000, budget_tokens=1000), entry("window", WINDOW, prefix=EVIDENCE)]
+    models = [entry("budget", 32_000, budget_tokens=1000), entry("window", WINDOW, prefix=EVIDENCE),
+              entry("budget-100", 32_000, budget_tokens=100)]
     return {"model_list": models,
             "mixpr_settings": {"router": "heuristic", "token_margin": 0},
             "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
@@ -247,3 +252,109 @@ def test_a_document_sent_as_its_own_part_is_cut_for_the_question_in_the_next_par
     assert _tokens([{"content": form["text"]}]) < 8_000  # cut: the document is 40k
     assert answer in form["text"]
     assert asked == {"type": "text", "text": question}
+
+
+def _ledger(rows: int) -> str:
+    """A pasted ledger of three-word rows ("Haskett012 casks 576"): every unit under four words."""
+    names = ("Haskett", "Marlowe", "Pennick", "Tregoze", "Ashdown", "Quiller", "Brannock")
+    goods = ("casks", "nets", "ropes", "sails", "oars", "hooks")
+    return "\n".join(f"{names[n % 7]}{n:03d} {goods[(n * 5) % 6]} {(n * 37) % 900 + 10}" for n in range(rows))
+
+
+def test_a_follow_up_over_a_pasted_table_sends_no_row_twice(upstream: FakeUpstream,
+                                                            warm: httpx.Client) -> None:
+    """Issue 57, defect 1: a ledger of 420 short rows, a cost budget of 1,000 tokens. The follow-up's
+    evidence leaves out the rows the document's form already sends (decided by their place in the
+    document, not by finding a three-word row's text), and the request is no larger than the
+    client's (it was 3,229 -> 3,319 tokens, 102 rows sent twice)."""
+    ledger = _ledger(420)
+    questions = ("Which casks did the Marlowe entries hold?", "How many nets did the Haskett entries mend?")
+    turns = _conversation(warm, upstream, "budget", ledger, questions)
+    _, response, seen = turns[-1]
+    assert response.headers["x-mixpr-action"] == "compressed"  # and smaller: the rows are not resent
+    headers = response.headers
+    assert int(headers["x-mixpr-compressed-tokens"]) < int(headers["x-mixpr-original-tokens"])
+    for sent, _, seen in turns:
+        assert _tokens(seen) <= _tokens(sent)
+        text = "\n".join(m["content"] for m in seen if isinstance(m.get("content"), str))
+        twice = [row for row in ledger.splitlines() if text.count(row + "\n") + text.endswith(row) > 1]
+        assert not twice, (len(twice), twice[:5])
+
+
+# -- the property: whatever shape is pasted, no follow-up is larger than the client's, no unit twice ---
+
+WORDS = ("harbour", "ledger", "anchor", "beacon", "cargo", "dock", "ferry", "gale", "hull", "keel", "mast",
+         "pier", "quay", "rudder", "tide", "wharf")
+
+
+def _prose(rng: random.Random, rows: int) -> str:
+    names = sorted(topics)
+    start = rng.randrange(len(names) - 40)
+    paragraphs: list[str] = []
+    for name in names[start:]:
+        paragraphs += [p for p in topics[name].split("\n\n") if p.strip() and p not in paragraphs]
+        if len(paragraphs) >= rows // 8:
+            break
+    return "\n\n".join(paragraphs)
+
+
+SHAPES: dict[str, Any] = {
+    "prose": _prose,
+    "table": lambda rng, rows: "| id | item | qty |\n|---|---|---|\n" + "\n".join(
+        f"| R{n:04d} | {rng.choice(WORDS)} | {rng.randrange(1000)} |" for n in range(rows)),
+    "csv": lambda rng, rows: "id,item,qty,port\n" + "\n".join(
+        f"{n},{rng.choice(WORDS)},{rng.randrange(1000)},{rng.choice(WORDS).title()}" for n in range(rows)),
+    "log": lambda rng, rows: "\n".join(
+        f"2026-03-01T10:{n // 60 % 60:02d}:{n % 60:02d}Z {rng.choice(('INFO', 'WARN', 'ERROR'))} "
+        f"worker-{rng.randrange(8)} {rng.choice(WORDS)} job {n} took {rng.randrange(900)}ms"
+        for n in range(rows)),
+    "code": lambda rng, rows: "\n\n".join(
+        f"def {rng.choice(WORDS)}_{n}(x):\n    total = x * {rng.randrange(97)}\n    return total + {n}"
+        for n in range(rows // 3)),
+    "list": lambda rng, rows: "\n".join(f"- {rng.choice(WORDS)} {n}" for n in range(rows)),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))  # every shape, each with a few drawn documents
+@settings(max_examples=4, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(seed=st.integers(0, 10_000), rows=st.integers(250, 450), word=st.sampled_from(WORDS))
+def test_no_pasted_shape_makes_a_follow_up_larger_or_sends_a_unit_twice(
+    upstream: FakeUpstream, warm: httpx.Client, shape: str, seed: int, rows: int, word: str,
+) -> None:
+    """Prose, a table, a CSV, a log, code, a list of short lines: every request the upstream receives
+    is no larger than the client's, and no line of the document (of prose: no sentence) arrives more
+    often than the client sent it."""
+    document = SHAPES[shape](random.Random(seed), rows)
+    questions = (f"Which entries mention the {word}?", f"How many {word} entries are there, and which ids?")
+    for sent, _, seen in _conversation(warm, upstream, "budget", document, questions):
+        assert _tokens(seen) <= _tokens(sent), shape
+        theirs = "\n".join(m["content"] for m in sent if isinstance(m.get("content"), str))
+        ours = "\n".join(m["content"] for m in seen if isinstance(m.get("content"), str))
+        lines = set(document.splitlines()) if shape != "prose" else set()  # prose: by its sentences
+        twice = [line for line in lines if len(line.strip()) > 3 and ours.count(line) > theirs.count(line)]
+        assert not twice, (shape, len(twice), twice[:3])
+        assert not _repeated(seen, sent), shape
+
+
+def _evidence(seen: list[dict[str, Any]]) -> int:
+    """The tokens of the evidence block the last message of what the upstream received starts with."""
+    content = seen[-1]["content"]
+    block = content[: content.index(CLOSE) + len(CLOSE)] if content.startswith("<earlier_context") else ""
+    return count_tokens(block, None) if block else 0
+
+
+def test_in_cost_mode_the_budget_bounds_a_follow_ups_evidence(upstream: FakeUpstream,
+                                                              warm: httpx.Client) -> None:
+    """Issue 57, defect 9: cost mode, no trigger, a 32k window, a 3.3k-token document. A follow-up's
+    evidence is within the budget, and a lower budget never sends more (it was a tenth of the window
+    whatever the budget: 1,000 sent 1,693 tokens, 100 sent 3,141)."""
+    document = _document(3300)
+    questions = ("What does the assert statement do?", "What does a global statement declare?")
+    sizes = {}
+    for model, budget in (("budget", 1000), ("budget-100", 100)):
+        *_, (sent, response, seen) = _conversation(warm, upstream, model, document, questions)
+        assert response.headers["x-mixpr-action"] == "compressed"
+        assert _evidence(seen) <= budget
+        sizes[budget] = _tokens(seen)
+    assert sizes[100] <= sizes[1000], sizes
