@@ -165,8 +165,8 @@ class Preparer:
                         self.scales[name], asked=kept.asked if kept.lowered else None,
                         prices=self.prices[name], line=line, line_margin=margin)
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
-        lifetime = warmth.lifetime(entry.upstream_model, settings.prefix.cache_lifetime_s, call.messages,
-                                   call.params)
+        lifetime = warmth.lifetime(entry.upstream_model, settings.prefix.cache_lifetime_s, call.params,
+                                   hour=call.cache_hour)
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
                           self.routers.get(settings.router_model or name), more, call.conversation, lifetime)
         assert history is not None  # set in __post_init__
