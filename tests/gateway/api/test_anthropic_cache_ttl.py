@@ -36,8 +36,11 @@ def served() -> Iterator[tuple[str, FakeAnthropic]]:
     entry = {"model_name": "claude", "mixpr": mixpr, "model_info": {"max_input_tokens": 200_000},
              "litellm_params": {"model": "anthropic/claude-sonnet-4-5", "api_base": fake.url,
                                 "api_key": "sk-ant-test-000000"}}
-    config = {"model_list": [entry], "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1,
-                                                          "compression_executor": "thread"}}
+    # The same model with the gateway's own breakpoint on the previous request's last message.
+    marked = {**entry, "model_name": "claude-marked",
+              "mixpr": {**mixpr, "prefix": {**mixpr["prefix"], "breakpoint": True}}}
+    general = {"master_key": MASTER_KEY, "compression_workers": 1, "compression_executor": "thread"}
+    config = {"model_list": [entry, marked], "general_settings": general}
     server = ServerThread(create_app(parse_config(config))).start()
     yield server.url, fake
     server.stop()
@@ -136,3 +139,30 @@ def test_the_clients_markers_reach_the_upstream_as_sent(served: tuple[str, FakeA
               "tool": sent["tools"][0]}[where]
     assert marked["cache_control"] == HOUR
     assert json.dumps(sent).count('"cache_control"') == 1  # the client's one marker, and no other
+
+
+def _markers(value: Any) -> list[str | None]:
+    """The ttl of every ``cache_control`` in ``value``, in the order the provider reads them."""
+    if isinstance(value, dict):
+        own = [value["cache_control"].get("ttl")] if isinstance(value.get("cache_control"), dict) else []
+        return own + [t for k, v in value.items() if k != "cache_control" for t in _markers(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _markers(v)]
+    return []
+
+
+def test_the_gateways_breakpoint_never_comes_before_the_clients_hour(
+        served: tuple[str, FakeAnthropic]) -> None:
+    # Anthropic refuses a 5-minute marker before a 1-hour one. A client that marks its newest message
+    # for the hour (chat completions) gets the gateway's breakpoint, on an earlier message, for the hour too.
+    url, fake = served
+    body = _chat_body(12, "system")
+    body["messages"][-1]["content"] = [{"type": "text", "text": body["messages"][-1]["content"],
+                                        "cache_control": HOUR}]
+    body["messages"][0]["content"][0].pop("cache_control")
+    response = httpx.post(url + "/v1/chat/completions", json={**body, "model": "claude-marked"}, headers=AUTH,
+                          timeout=120)
+    assert response.status_code == 200, response.text
+    sent = fake.requests[-1].json
+    ttls = _markers([sent.get("tools"), sent.get("system"), sent["messages"]])
+    assert len(ttls) == 2 and ttls == ["1h", "1h"], ttls
