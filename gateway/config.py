@@ -213,6 +213,8 @@ class ModelInfo(BaseModel):
     input_cost_per_token: float | None = Field(None, ge=0)
     cache_read_input_token_cost: float | None = Field(None, ge=0)
     cache_creation_input_token_cost: float | None = Field(None, ge=0)
+    # A write the cache keeps an hour (the client's ttl "1h"): Anthropic bills it 2x input, not 1.25x.
+    cache_creation_input_token_cost_above_1hr: float | None = Field(None, ge=0)
     # Whether the upstream serves the Responses API itself, so /v1/responses is relayed to it as the
     # client sent it (gateway.upstream.responses_relay); unset: OpenAI's own API and Azure do.
     responses_api: bool | None = None

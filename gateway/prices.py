@@ -9,7 +9,11 @@ documented defaults in relative units:
 - input 1.0 per token;
 - cache read 0.1 x input (Anthropic and OpenAI both bill cached reads at a tenth to a half of input);
 - cache write 1.25 x input for Anthropic models (``anthropic/*`` or a ``claude`` name: a 5-minute
-  cache write costs 1.25x), 1.0 x input otherwise (OpenAI-style automatic caching has no write premium).
+  cache write costs 1.25x), 1.0 x input otherwise (OpenAI-style automatic caching has no write premium);
+- a 1-hour cache write (``cache_control: {"ttl": "1h"}``; LiteLLM's
+  ``cache_creation_input_token_cost_above_1hr``) 2 x input for Anthropic models, the write price
+  otherwise (no other provider sells an hour). Only a request that asks for the hour pays it
+  (:meth:`Prices.for_an_hour`); ``_above_1hr`` is a lifetime, not a price tier.
 
 A model whose entry has an input price but no cache price gets the same ratios times its own input
 price. When the operator's ``model_info`` sets an input price and no cache price, the cache prices keep
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -41,12 +45,16 @@ from gateway.config import ModelEntry, model_map
 DEFAULT_INPUT = 1.0
 DEFAULT_READ_RATIO = 0.1
 ANTHROPIC_WRITE_RATIO = 1.25
+ANTHROPIC_HOUR_WRITE_RATIO = 2.0  # Anthropic's 1-hour cache write, where the map has no price for it
 PLAIN_WRITE_RATIO = 1.0
 PRICE_KEYS = ("input_cost_per_token", "cache_read_input_token_cost", "cache_creation_input_token_cost")
 OUTPUT_KEY = "output_cost_per_token"
+HOUR_KEY = "cache_creation_input_token_cost_above_1hr"  # a write that the cache keeps an hour
 # ``input_cost_per_token_above_272k_tokens``; not ``..._tokens_batches`` or ``..._above_1hr_above_...``.
 _TIER_KEY = re.compile(r"(?P<key>input_cost_per_token|output_cost_per_token|cache_read_input_token_cost|"
                        r"cache_creation_input_token_cost)_above_(?P<k>[1-9][0-9]{0,5})k_tokens")
+# The 1-hour write past a tier's line: ``cache_creation_input_token_cost_above_1hr_above_200k_tokens``.
+_HOUR_TIER_KEY = re.compile(HOUR_KEY + r"_above_(?P<k>[1-9][0-9]{0,5})k_tokens")
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,7 @@ class Tier:
     cache_read: float
     cache_write: float
     output: float | None = None  # None: the output price does not change
+    cache_write_hour: float | None = None  # a 1-hour cache write (None: as ``cache_write``)
 
     def times(self, base: Prices) -> float:
         """How many times the input price below the line this tier bills (1.0 for a base priced 0)."""
@@ -72,6 +81,13 @@ class Prices:
     source: str  # "litellm" (the model's own entry in LiteLLM's cost map, or model_info) or "default"
     tiers: tuple[Tier, ...] = ()  # long-context tiers, lowest line first, each dearer than below it
     output: float | None = None  # per output token, when known
+    cache_write_hour: float | None = None  # per token written to the cache for an hour (None: as cache_write)
+
+    def for_an_hour(self) -> Prices:
+        """These prices as a request that asks the cache to keep its prefix an hour pays them: every
+        token it writes to the cache, below a tier's line or past it, at the 1-hour write price."""
+        tiers = tuple(replace(t, cache_write=_or(t.cache_write_hour, t.cache_write)) for t in self.tiers)
+        return replace(self, cache_write=_or(self.cache_write_hour, self.cache_write), tiers=tiers)
 
     def tier(self, tokens: int) -> Tier | None:
         """The tier a request of ``tokens`` input tokens is billed at (None: the base prices)."""
@@ -87,7 +103,8 @@ class Prices:
         if tier is None:
             return self
         output = tier.output if tier.output is not None else self.output
-        return Prices(tier.input, tier.cache_read, tier.cache_write, self.source, (), output)
+        return Prices(tier.input, tier.cache_read, tier.cache_write, self.source, (), output,
+                      tier.cache_write_hour)
 
     def line(self, window: int) -> int | None:
         """The lowest tier line under ``window`` tokens: what a request that fits is kept under."""
@@ -107,13 +124,13 @@ def prices_for(model: str, model_info: Mapping[str, Any] | None = None) -> Price
     overrides LiteLLM's cost map key by key. Cached by model and overrides."""
     overrides = tuple(_price(model_info, key) for key in PRICE_KEYS) if model_info else (None, None, None)
     tiered = tuple(sorted((k, v) for k, v in (model_info or {}).items()
-                          if _TIER_KEY.fullmatch(k) or k == OUTPUT_KEY))
-    return _prices(model, *overrides, tiered)
+                          if _TIER_KEY.fullmatch(k) or _HOUR_TIER_KEY.fullmatch(k) or k == OUTPUT_KEY))
+    return _prices(model, *overrides, tiered, _price(model_info, HOUR_KEY))
 
 
 @lru_cache(maxsize=1024)
 def _prices(model: str, input_: float | None, read: float | None, write: float | None,
-            tiered: tuple[tuple[str, Any], ...] = ()) -> Prices:
+            tiered: tuple[tuple[str, Any], ...] = (), hour: float | None = None) -> Prices:
     entry = model_map(model, own_entry=True)
     listed = _price(entry, PRICE_KEYS[0])
     input_ = input_ if input_ is not None else listed
@@ -124,10 +141,12 @@ def _prices(model: str, input_: float | None, read: float | None, write: float |
         read = _cache(entry, PRICE_KEYS[1], listed, input_, DEFAULT_READ_RATIO)
     if write is None:
         write = _cache(entry, PRICE_KEYS[2], listed, input_, _write_ratio(model))
-    base = Prices(input=input_, cache_read=read, cache_write=write, source=source)
+    if hour is None:
+        hour = _cache(entry, HOUR_KEY, listed, input_, _hour_ratio(model)) if _is_anthropic(model) else write
+    base = Prices(input=input_, cache_read=read, cache_write=write, source=source, cache_write_hour=hour)
     merged = {**entry, **dict(tiered)}  # the config's model_info key by key before LiteLLM's map
     output = _price(merged, OUTPUT_KEY)
-    return Prices(input_, read, write, source, _tiers(merged, base, output), output)
+    return Prices(input_, read, write, source, _tiers(merged, base, output), output, hour)
 
 
 def _tiers(values: Mapping[str, Any], base: Prices, output: float | None) -> tuple[Tier, ...]:
@@ -138,6 +157,9 @@ def _tiers(values: Mapping[str, Any], base: Prices, output: float | None) -> tup
         found = _TIER_KEY.fullmatch(key)
         if found is not None:
             lines.setdefault(int(found["k"]) * 1000, {})[found["key"]] = _price(values, key)
+        found = _HOUR_TIER_KEY.fullmatch(key)
+        if found is not None:
+            lines.setdefault(int(found["k"]) * 1000, {})[HOUR_KEY] = _price(values, key)
     tiers, below = [], base
     for above in sorted(lines):
         tier = _tier(above, lines[above], base)
@@ -155,8 +177,11 @@ def _tier(above: int, prices: Mapping[str, float | None], base: Prices) -> Tier 
     ratio = input_ / base.input if base.input > 0 else 1.0
     read = prices.get(PRICE_KEYS[1])
     write = prices.get(PRICE_KEYS[2])
+    hour = prices.get(HOUR_KEY)
+    base_hour = _or(base.cache_write_hour, base.cache_write)
     return Tier(above, input_, base.cache_read * ratio if read is None else read,
-                base.cache_write * ratio if write is None else write, prices.get(OUTPUT_KEY))
+                base.cache_write * ratio if write is None else write, prices.get(OUTPUT_KEY),
+                base_hour * ratio if hour is None else hour)
 
 
 def _dearer(tier: Tier, below: Prices, output: float | None) -> bool:
@@ -177,9 +202,21 @@ def _cache(entry: Mapping[str, Any], key: str, listed: float | None, input_: flo
 
 
 def _write_ratio(model: str) -> float:
+    return ANTHROPIC_WRITE_RATIO if _is_anthropic(model) else PLAIN_WRITE_RATIO
+
+
+def _hour_ratio(model: str) -> float:
+    """A 1-hour write over input, where the map has no price for it: Anthropic's 2x."""
+    return ANTHROPIC_HOUR_WRITE_RATIO if _is_anthropic(model) else PLAIN_WRITE_RATIO
+
+
+def _is_anthropic(model: str) -> bool:
     name = model.lower()
-    anthropic = name.startswith("anthropic/") or "claude" in name
-    return ANTHROPIC_WRITE_RATIO if anthropic else PLAIN_WRITE_RATIO
+    return name.startswith("anthropic/") or "claude" in name
+
+
+def _or(price: float | None, otherwise: float) -> float:
+    return otherwise if price is None else price
 
 
 def _price(values: Mapping[str, Any] | None, key: str) -> float | None:

@@ -39,6 +39,7 @@ from gateway.api.common import (
     parsed,
     relayed_events,
 )
+from gateway.conversation import warmth
 from gateway.core import cache_key
 from gateway.core.chat import ChatCall, report_headers
 from gateway.core.reply import forwarded
@@ -110,8 +111,12 @@ def parse_request(body: Any, headers: Any) -> tuple[ChatCall, dict[str, str]]:
     params = {k: v for k, v in chat.items() if k not in ("model", "messages", "stream", *ANTHROPIC_ONLY)}
     if body.get("stream"):  # message_delta reports the usage, so ask the upstream for it
         params["stream_options"] = {"include_usage": True}
+    # The view drops block-level cache_control and makes the system prompt a string: the hour the
+    # client asked for is read on its own blocks (a warm cache is not cut, a write is priced for it).
+    hour = warmth.asks_an_hour(body.get("system"), body["messages"], body.get("tools"))
     call = ChatCall(model=body["model"], messages=blocks.view(body), params=params, control=control,
-                    stream=bool(body.get("stream")), session=cache_key.session(headers))
+                    stream=bool(body.get("stream")), session=cache_key.session(headers),
+                    cache_hour_asked=hour)
     return call, names
 
 

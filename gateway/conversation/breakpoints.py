@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.conversation import checks
+from gateway.conversation import checks, warmth
 
 BREAKPOINT = {"type": "ephemeral"}
+# Anthropic refuses a 5-minute marker before a 1-hour one: before a client's hour, the gateway's
+# marker is for the hour too (what it marks is written for the hour under the client's anyway).
+HOUR_BREAKPOINT = {"type": "ephemeral", "ttl": "1h"}
 MAX_BREAKPOINTS = 4  # Anthropic's limit per request
 
 
@@ -20,12 +23,13 @@ def with_breakpoint(sent: list[dict[str, Any]], previous: int, wanted: bool,
     out = list(sent)
     message = dict(out[previous])
     content = message.get("content")
+    marker = HOUR_BREAKPOINT if warmth.asks_an_hour(sent[previous + 1:]) else BREAKPOINT
     if isinstance(content, str) and content:
-        message["content"] = [{"type": "text", "text": content, "cache_control": BREAKPOINT}]
+        message["content"] = [{"type": "text", "text": content, "cache_control": marker}]
     elif isinstance(content, list) and content and isinstance(content[-1], dict):
         if "cache_control" in content[-1]:
             return sent
-        message["content"] = [*content[:-1], {**content[-1], "cache_control": BREAKPOINT}]
+        message["content"] = [*content[:-1], {**content[-1], "cache_control": marker}]
     else:
         return sent
     out[previous] = message

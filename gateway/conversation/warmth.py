@@ -23,7 +23,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,16 +59,15 @@ class Visit:
             return None
 
 
-def lifetime(model: str, configured: float | None, messages: Sequence[Mapping[str, Any]],
-             params: Mapping[str, Any]) -> float | None:
+def lifetime(model: str, configured: float | None, params: Mapping[str, Any], *, hour: bool) -> float | None:
     """How long ``model``'s provider keeps this request's prefix: ``configured`` (the model's
     ``prefix.cache_lifetime_s``) else the provider's default, lengthened by what the client asks
-    (an hour-long ``cache_control``, OpenAI's ``prompt_cache_retention``). None: no known lifetime
-    (a local server's cache has none), never cold."""
+    (``hour``: an hour-long ``cache_control``, see :func:`asks_an_hour`; OpenAI's
+    ``prompt_cache_retention``). None: no known lifetime (a local server's cache has none), never cold."""
     name = model.lower()
     if "claude" in name or name.startswith("anthropic/"):
         base = ANTHROPIC_S if configured is None else configured
-        return max(base, ANTHROPIC_LONG_S) if _asks_an_hour(messages, params.get("tools")) else base
+        return max(base, ANTHROPIC_LONG_S) if hour else base
     retention = RETENTION_S.get(str(params.get("prompt_cache_retention")))
     if name.startswith(("openai/", "azure/", "gpt-", "o1", "o3", "o4")) or retention is not None:
         base = OPENAI_S if configured is None else configured
@@ -76,21 +75,25 @@ def lifetime(model: str, configured: float | None, messages: Sequence[Mapping[st
     return configured
 
 
-def _asks_an_hour(messages: Sequence[Mapping[str, Any]], tools: Any) -> bool:
-    """Whether any ``cache_control`` of the request (a message, a content part, a tool) has ttl 1h."""
-    items: list[Any] = [*messages, *(tools if isinstance(tools, list) else [])]
-    for item in items:
-        if not isinstance(item, Mapping):
-            continue
-        content = item.get("content")
-        parts = content if isinstance(content, list) else []
-        if any(_hour(part) for part in (item, *parts)):
-            return True
+def asks_an_hour(*items: Any) -> bool:
+    """Whether any ``cache_control`` among ``items`` has ttl "1h": messages, blocks, tools or lists of
+    them, and the blocks inside their ``content`` (a tool result's own). Read on the client's own
+    request: a view of it (Anthropic's, for compression) may not show where the client put it."""
+    todo = list(items)
+    while todo:  # a loop, not recursion: a client's nesting has no depth limit
+        item = todo.pop()
+        if isinstance(item, list):
+            todo += item
+        elif isinstance(item, Mapping):
+            if _hour(item):
+                return True
+            if isinstance(item.get("content"), list):
+                todo += item["content"]
     return False
 
 
-def _hour(item: Any) -> bool:
-    control = item.get("cache_control") if isinstance(item, Mapping) else None
+def _hour(item: Mapping[str, Any]) -> bool:
+    control = item.get("cache_control")
     return isinstance(control, Mapping) and control.get("ttl") == "1h"
 
 

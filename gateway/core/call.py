@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gateway.compress.policy import Control
+from gateway.conversation import warmth
 from gateway.core import reply
 
 
@@ -32,6 +34,16 @@ class ChatCall:
     # newest turn and often without the assistant rows (``/v1/compress``): compressed message by
     # message, as a multi-turn conversation is, so that the next request's answer only appends.
     conversation: bool = False
+    # The client asked the provider to cache for an hour where ``messages`` does not show it: an
+    # Anthropic block's ``cache_control`` (the view, ``gateway.api.anthropic_blocks``, drops them).
+    cache_hour_asked: bool = False
+
+    @cached_property
+    def cache_hour(self) -> bool:
+        """Whether the client asked for an hour-long cache (``ttl: "1h"``), here or on a message, a
+        part or a tool: the prefix then stays warm for the hour, and its cache writes cost the hour's
+        price. Walked once per call (a long conversation is many messages)."""
+        return self.cache_hour_asked or warmth.asks_an_hour(self.messages, self.params.get("tools"))
 
 
 def lowers(call: ChatCall, control: Control, asked: reply.Reply) -> bool:

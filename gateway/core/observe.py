@@ -41,7 +41,6 @@ class Builder(Protocol):
     outputs: dict[str, int | None]
     scales: dict[str, float]
     counters: dict[str, model_tokens.ServerCounter]
-    prices: dict[str, Prices]
     lines: dict[str, tuple[int | None, int]]  # each model's price line and its margin
     shadow: Shadow
     history: History | None
@@ -50,6 +49,8 @@ class Builder(Protocol):
     async def build(self, entry: ModelEntry, call: ChatCall, settings: MixprSettings, control: Control,
                     added: int = 0, *, prefix: bool = False, more_evidence: bool = False,
                     history: History | None = None) -> Outcome: ...
+
+    def call_prices(self, model: str, call: ChatCall) -> Prices: ...
 
 
 async def observe(preparer: Builder, entry: ModelEntry, call: ChatCall, settings: MixprSettings) -> Outcome:
@@ -60,7 +61,7 @@ async def observe(preparer: Builder, entry: ModelEntry, call: ChatCall, settings
     # 32 concurrent clients) and its bytes.
     sent = await preparer.build(entry, call, settings, OFF, prefix=True)
     name, tokens = entry.model_name, sent.original_tokens
-    prices = preparer.prices[name]
+    prices = preparer.call_prices(name, call)  # a 1-hour cache write at its own price
     if unchanged(preparer, entry, call, settings, tokens):
         preparer.shadow.record(name, Figures(tokens, tokens), prices)
         return replace(sent, shadow=shadow.unchanged_headers(tokens))
@@ -74,7 +75,7 @@ async def as_sent(preparer: Builder, entry: ModelEntry, call: ChatCall, settings
     name = entry.model_name
     asked = reply.asked(call.params, settings.completion_reserve_tokens)
     target = Target(entry.upstream_model, preparer.windows[name], asked.tokens, asked.param,
-                    scale=preparer.scales[name], prices=preparer.prices[name])
+                    scale=preparer.scales[name], prices=preparer.call_prices(name, call))
     assert preparer.history is not None  # set in __post_init__
     return await preparer.history.today(Request(call.messages, call.params.get("tools"), target,
                                                 settings, OFF, None))
@@ -98,7 +99,8 @@ def unchanged(preparer: Builder, entry: ModelEntry, call: ChatCall, settings: Mi
     added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
     line, margin = preparer.lines[name]
     target = Target(entry.upstream_model, preparer.windows[name], asked.tokens, asked.param, added,
-                    preparer.scales[name], prices=preparer.prices[name], line=line, line_margin=margin)
+                    preparer.scales[name], prices=preparer.call_prices(name, call), line=line,
+                    line_margin=margin)
     trigger = threshold(target, settings, call.control)
     return trigger is None or tokens <= trigger
 

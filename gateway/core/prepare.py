@@ -32,7 +32,7 @@ from gateway.core.call import ChatCall, lowers
 from gateway.core.shadow import Shadow
 from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailable
 from gateway.metrics import Metrics
-from gateway.prices import entry_prices
+from gateway.prices import Prices, entry_prices
 from gateway.run import offload
 from mixpr.tokens import count_tokens
 
@@ -109,13 +109,20 @@ class Preparer:
             # Room for the Self-Route instruction that ``run`` may append after compression.
             added = self_route.INSTRUCTION_TOKENS if self_route.eligible(call.params, settings) else 0
             outcome = await self.build(entry, call, settings, call.control, added, prefix=True)
-        outcome = self._priced(entry.model_name, outcome)
-        self._record(entry.model_name, outcome, started)
+        prices = self.call_prices(entry.model_name, call)
+        outcome = self._priced(entry.model_name, prices, outcome)
+        self._record(entry.model_name, prices, outcome, started)
         return outcome
 
-    def _priced(self, model: str, outcome: Outcome) -> Outcome:
+    def call_prices(self, model: str, call: ChatCall) -> Prices:
+        """``model``'s prices as ``call`` pays them: every cache write at the 1-hour price when the
+        client asked for an hour (Anthropic bills it 2x input, not 1.25x)."""
+        prices = self.prices[model]
+        return prices.for_an_hour() if call.cache_hour else prices
+
+    def _priced(self, model: str, prices: Prices, outcome: Outcome) -> Outcome:
         """``outcome`` with its price tier reported, and what keeping it under a line saved counted."""
-        prices, (line, _) = self.prices[model], self.lines[model]
+        line, _ = self.lines[model]
         header = tiers.report(prices, line, outcome.original_tokens, outcome.final_tokens)
         if header is None:
             return outcome
@@ -163,10 +170,10 @@ class Preparer:
         line, margin = self.lines[name]
         target = Target(entry.upstream_model, self.windows[name], kept.tokens, kept.param, added,
                         self.scales[name], asked=kept.asked if kept.lowered else None,
-                        prices=self.prices[name], line=line, line_margin=margin)
+                        prices=self.call_prices(name, call), line=line, line_margin=margin)
         more = self_route.RETRY_EVIDENCE_FACTOR if more_evidence else 1.0
-        lifetime = warmth.lifetime(entry.upstream_model, settings.prefix.cache_lifetime_s, call.messages,
-                                   call.params)
+        lifetime = warmth.lifetime(entry.upstream_model, settings.prefix.cache_lifetime_s, call.params,
+                                   hour=call.cache_hour)
         request = Request(call.messages, call.params.get("tools"), target, settings, control,
                           self.routers.get(settings.router_model or name), more, call.conversation, lifetime)
         assert history is not None  # set in __post_init__
@@ -197,11 +204,11 @@ class Preparer:
         lowest = reply.least(call.params, settings.completion_reserve_tokens)
         return reply.kept(asked, self.windows[name], constant, top, lowest)
 
-    def _record(self, model: str, outcome: Outcome, started: float) -> None:
+    def _record(self, model: str, prices: Prices, outcome: Outcome, started: float) -> None:
         self.metrics.record_chat(model, outcome.action, outcome.original_tokens, outcome.final_tokens,
                                  outcome.route, outcome.compress_ms)
         if self.metrics.stats is not None:  # the operator's page (gateway.stats), beside the same counters
-            self.metrics.stats(tally.chat(model, outcome, self.prices[model], line=self.lines[model][0]))
+            self.metrics.stats(tally.chat(model, outcome, prices, line=self.lines[model][0]))
         if outcome.max_tokens:
             self.metrics.replies_lowered.labels(model).inc()
         log.info("chat model=%s action=%s tokens=%d->%d route=%s compress_ms=%s gateway_ms=%.1f",

@@ -19,38 +19,41 @@ from gateway.run.workers import Workers
 def test_openai_model_gets_its_own_prices_and_no_write_premium():
     # LiteLLM's cost map: gpt-4o is $2.50 per million input tokens, $1.25 per million cached; OpenAI
     # has no cache write price, so a write costs what input does.
-    assert prices_for("openai/gpt-4o") == Prices(2.5e-6, 1.25e-6, 2.5e-6, "litellm", output=1e-5)
+    assert prices_for("openai/gpt-4o") == Prices(2.5e-6, 1.25e-6, 2.5e-6, "litellm", output=1e-5,
+                                                 cache_write_hour=2.5e-6)
 
 
 def test_anthropic_model_gets_its_own_cache_read_and_write_prices():
     prices = prices_for("anthropic/claude-sonnet-4-5")
-    assert prices == Prices(3e-6, 3e-7, 3.75e-6, "litellm", output=1.5e-5)
+    assert prices == Prices(3e-6, 3e-7, 3.75e-6, "litellm", output=1.5e-5, cache_write_hour=6e-6)
 
 
-@pytest.mark.parametrize(("model", "write"), [
-    ("openai/some-local-model", 1.0),
-    ("hosted_vllm/qwen", 1.0),
-    ("anthropic/claude-unreleased-9", 1.25),
-    ("bedrock/claude-private", 1.25),
+@pytest.mark.parametrize(("model", "write", "hour"), [
+    ("openai/some-local-model", 1.0, 1.0),
+    ("hosted_vllm/qwen", 1.0, 1.0),
+    ("anthropic/claude-unreleased-9", 1.25, 2.0),
+    ("bedrock/claude-private", 1.25, 2.0),
 ])
-def test_unknown_model_gets_relative_defaults(model, write):
-    assert prices_for(model) == Prices(1.0, 0.1, write, "default")
+def test_unknown_model_gets_relative_defaults(model, write, hour):
+    assert prices_for(model) == Prices(1.0, 0.1, write, "default", cache_write_hour=hour)
 
 
 def test_a_made_up_litellm_entry_is_not_a_price():
     # LiteLLM answers for claude-sonnet-4-20250514 (no longer in its map) with a price of 0 made up
     # from Anthropic's defaults: that would price every saving at $0.
-    assert prices_for("anthropic/claude-sonnet-4-20250514") == Prices(1.0, 0.1, 1.25, "default")
+    assert prices_for("anthropic/claude-sonnet-4-20250514") == Prices(1.0, 0.1, 1.25, "default",
+                                                                      cache_write_hour=2.0)
 
 
 def test_model_info_overrides_win_key_by_key():
     info = {"input_cost_per_token": 1e-6, "max_input_tokens": 1000}
     # The read price keeps LiteLLM's ratio for gpt-4o (half of input), the write follows the input.
-    expected = Prices(1e-6, pytest.approx(5e-7), 1e-6, "litellm", output=1e-5)
+    expected = Prices(1e-6, pytest.approx(5e-7), 1e-6, "litellm", output=1e-5, cache_write_hour=1e-6)
     assert prices_for("openai/gpt-4o", info) == expected
     full = {"input_cost_per_token": 2e-6, "cache_read_input_token_cost": 2e-7,
             "cache_creation_input_token_cost": 2.5e-6}
-    assert prices_for("openai/unknown-model", full) == Prices(2e-6, 2e-7, 2.5e-6, "litellm")
+    expected = Prices(2e-6, 2e-7, 2.5e-6, "litellm", cache_write_hour=2.5e-6)
+    assert prices_for("openai/unknown-model", full) == expected
 
 
 def test_an_input_price_alone_keeps_the_lists_cache_ratios():
@@ -59,18 +62,21 @@ def test_an_input_price_alone_keeps_the_lists_cache_ratios():
     # ratios), not the list's absolute $0.30 and $3.75 (0.20x and 2.50x), which would double what
     # the reset gate thinks a reset saves.
     prices = prices_for("anthropic/claude-sonnet-4-5", {"input_cost_per_token": 1.5e-6})
-    assert prices == Prices(1.5e-6, pytest.approx(1.5e-7), pytest.approx(1.875e-6), "litellm", output=1.5e-5)
+    assert prices == Prices(1.5e-6, pytest.approx(1.5e-7), pytest.approx(1.875e-6), "litellm", output=1.5e-5,
+                            cache_write_hour=pytest.approx(3e-6))
 
 
 def test_cache_prices_the_operator_sets_stand():
     info = {"input_cost_per_token": 1.5e-6, "cache_read_input_token_cost": 5e-7}
     prices = prices_for("anthropic/claude-sonnet-4-5", info)
-    assert prices == Prices(1.5e-6, 5e-7, pytest.approx(1.875e-6), "litellm", output=1.5e-5)
+    assert prices == Prices(1.5e-6, 5e-7, pytest.approx(1.875e-6), "litellm", output=1.5e-5,
+                            cache_write_hour=pytest.approx(3e-6))
 
 
 def test_an_input_price_alone_scales_the_default_cache_ratios():
     prices = prices_for("anthropic/claude-private", {"input_cost_per_token": 4e-6})
-    assert prices == Prices(4e-6, pytest.approx(4e-7), pytest.approx(5e-6), "litellm")
+    assert prices == Prices(4e-6, pytest.approx(4e-7), pytest.approx(5e-6), "litellm",
+                            cache_write_hour=pytest.approx(8e-6))
 
 
 def test_prices_from_a_parsed_config_entry():

@@ -189,7 +189,8 @@ def test_a_cold_turn_cuts_in_cost_mode_unless_told(wanted: Any, gated: bool, cut
     ("hosted_vllm/qwen", 120.0, [], {}, 120.0),
 ])
 def test_the_cache_lifetime_by_provider_and_request(model, configured, messages, params, expected) -> None:
-    assert warmth.lifetime(model, configured, messages, params) == expected
+    hour = warmth.asks_an_hour(messages, params.get("tools"))
+    assert warmth.lifetime(model, configured, params, hour=hour) == expected
 
 
 def test_a_conversation_nobody_saw_is_neither_warm_nor_cold() -> None:
