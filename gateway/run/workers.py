@@ -27,8 +27,11 @@ import functools
 import logging
 import multiprocessing
 import os
+import select
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import BrokenExecutor
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ from typing import Any
 
 log = logging.getLogger("gateway.run.workers")
 
+HOST_POLL_S = 0.5  # how often a forked worker without a pidfd checks that its host is still there
 WATCH_INTERVAL_S = 0.25  # how soon a worker that died while idle is noticed and replaced
 PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent thread exits
 RESPAWN_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # between failed attempts to start a replacement
@@ -315,13 +319,38 @@ def die_with_parent(parent: int, *, forked: bool = False) -> None:
     init, so the parent is checked once more after, and this process ends if it is gone. Never called
     in the host itself (thread workers): it would tie the host's life to its own parent's.
 
-    ``forked``: this process's parent is the host's fork server, which exits as soon as the host
-    (``parent``) does; the signal then comes when the server exits, and the host is checked directly.
+    ``forked``: this process's parent is the host's fork server, which outlives the host as long as
+    a worker holds the pipe it watches (every forked child does): so the host itself is watched, and
+    this process ends when it does; the server then sees the pipe close and ends too.
     """
+    if forked:
+        _watch_host(parent)
+        return
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if (not _alive(parent)) if forked else os.getppid() != parent:
+    if os.getppid() != parent:
         os._exit(1)
+
+
+def _watch_host(host: int) -> None:
+    """End this process when ``host`` ends (at once if it has): a thread waits on the host's pidfd
+    (Linux 5.3+), or, without one, asks every ``HOST_POLL_S`` whether it is still there."""
+    try:
+        watched: int | None = os.pidfd_open(host)
+    except (AttributeError, OSError):  # no pidfd here, or the host is gone already
+        watched = None
+    if not _alive(host):
+        os._exit(1)
+    threading.Thread(target=_exit_after, args=(host, watched), name="mixpr-host-watch", daemon=True).start()
+
+
+def _exit_after(host: int, watched: int | None) -> None:
+    if watched is not None:
+        select.select([watched], [], [])  # readable once the host has exited
+    else:
+        while _alive(host):
+            time.sleep(HOST_POLL_S)
+    os._exit(1)
 
 
 def _alive(pid: int) -> bool:
