@@ -104,9 +104,14 @@ def needs_router(config: GatewayConfig) -> bool:
     return any(m.settings(config.mixpr_settings).router == "auto" for m in config.model_list)
 
 
+# What the pool's fork server imports once (``Workers.start``'s ``preload``): the module that loads what
+# every worker's warm-up does, and LiteLLM for the auto router.
+PRELOAD = ("gateway.compress.preload",)
+
+
 async def start_pool(workers: Workers, *, with_router: bool) -> None:
     """Start ``workers`` and warm each as compression needs it (``Compressor.start`` does this too)."""
-    await workers.start(_warm_up, with_router)
+    await workers.start(_warm_up, with_router, preload=(*PRELOAD, "litellm") if with_router else PRELOAD)
 
 
 class Compressor:
@@ -361,13 +366,19 @@ def _load_tokenizers() -> None:
     count_tokens("warm up", None)
 
 
-def _warm_up(with_router: bool) -> None:
-    """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front."""
-    _hold_for_tests(START_SUFFIX)
+def load_tables() -> None:
+    """What a compression job needs loaded: the tokenizers, and scikit-learn, which mixpr.embedding
+    imports only when it first weighs words (the gateway's own process never does when workers are
+    processes): loaded before the first job, so it does not pay for them."""
     _load_tokenizers()
-    # scikit-learn, which mixpr.embedding imports only when it first weighs words (the gateway's own
-    # process never does when workers are processes): here, so the first job does not pay its import.
     mixpr.embedding.unit_rows(mixpr.embedding.embed(["warm up", "the worker"]))
+
+
+def _warm_up(with_router: bool) -> None:
+    """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front. A worker
+    forked from a fork server that preloaded them (``PRELOAD``) finds them loaded."""
+    _hold_for_tests(START_SUFFIX)
+    load_tables()
     if with_router:
         import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
 

@@ -27,15 +27,19 @@ import functools
 import logging
 import multiprocessing
 import os
+import select
 import signal
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Sequence
 from concurrent.futures import BrokenExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger("gateway.run.workers")
 
+HOST_POLL_S = 0.5  # how often a forked worker without a pidfd checks that its host is still there
 WATCH_INTERVAL_S = 0.25  # how soon a worker that died while idle is noticed and replaced
 PR_SET_PDEATHSIG = 1  # prctl option: the signal a process gets when its parent thread exits
 RESPAWN_BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # between failed attempts to start a replacement
@@ -81,6 +85,7 @@ class Workers:
                  metrics: Any = None) -> None:
         self.size = workers
         self.kind = executor
+        self._context = _context(executor)
         self.timeout_s = timeout_s
         self.metrics = metrics  # restarts are counted there; set by whoever serves the pool's figures
         self._workers: list[_Worker] = []
@@ -92,9 +97,12 @@ class Workers:
         self._starting: asyncio.Future[None] | None = None
         self._closed = False
 
-    async def start(self, warm_up: Callable[..., Any], *args: Any) -> None:
+    async def start(self, warm_up: Callable[..., Any], *args: Any, preload: Sequence[str] = ()) -> None:
         """Start every worker and run ``warm_up`` in it now (imports take seconds), not on the first job;
         returns when all are warm.
+
+        ``preload``: modules the fork server imports once, before it forks the first worker (a
+        module may warm what it loads as it is imported); each worker then starts from them.
 
         Each worker takes jobs as soon as it is warm, so a job that comes during the start waits for
         the first one rather than for all. A worker that cannot be started is retried as a replacement
@@ -104,6 +112,7 @@ class Workers:
         """
         if self._starting is None:
             self._warm_up = functools.partial(warm_up, *args)
+            _preload(self._context, preload)
             if self.kind == "process":
                 self._watch = asyncio.create_task(self._watch_idle())
             self._starting = asyncio.gather(*(self._start_one("warming up") for _ in range(self.size)))
@@ -242,10 +251,16 @@ class Workers:
             return
 
     async def _spawn(self) -> _Worker:
-        executor = _make_executor(self.kind)
+        executor = _make_executor(self._context)
         try:
             parent = os.getpid() if self.kind == "process" else None  # a thread is not a child
-            pid = await asyncio.wrap_future(executor.submit(_started, parent, self._warm_up))
+            # The fork server's environment is the one it started with: a worker gets the host's now,
+            # as a spawned one would.
+            env = dict(os.environ) if self.kind == "process" else None
+            # In a thread: a process worker starts inside submit, and the fork server answers with its
+            # pid only once it has imported its preload (seconds, the first time).
+            started = await asyncio.to_thread(executor.submit, _started, parent, self._warm_up, env)
+            pid = await asyncio.wrap_future(started)
         except BaseException:
             executor.shutdown(wait=False, cancel_futures=True)
             raise
@@ -282,16 +297,20 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def _started(parent: int | None, warm_up: Callable[[], Any]) -> int:
-    """Runs first in every new worker: tie it to its parent (a process worker), warm it up, say who it is."""
+def _started(parent: int | None, warm_up: Callable[[], Any], env: dict[str, str] | None = None) -> int:
+    """Runs first in every new worker: tie it to the host (a process worker), take the host's
+    environment, warm it up, say who it is."""
     if parent is not None:
-        die_with_parent(parent)
+        die_with_parent(parent, forked=True)
         os.nice(WORKER_NICENESS)
+    if env is not None:
+        os.environ.clear()
+        os.environ.update(env)
     warm_up()
     return os.getpid()
 
 
-def die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int, *, forked: bool = False) -> None:
     """A host that exits without closing the pool (a LiteLLM proxy has no shutdown hook for its
     guardrails; a gateway killed with SIGKILL) must not leave idle workers behind, orphaned.
 
@@ -299,11 +318,49 @@ def die_with_parent(parent: int) -> None:
     process was starting (a spawned worker imports for a second or more) has already handed it to
     init, so the parent is checked once more after, and this process ends if it is gone. Never called
     in the host itself (thread workers): it would tie the host's life to its own parent's.
+
+    ``forked``: this process's parent is the host's fork server, which outlives the host as long as
+    a worker holds the pipe it watches (every forked child does): so the host itself is watched, and
+    this process ends when it does; the server then sees the pipe close and ends too.
     """
+    if forked:
+        _watch_host(parent)
+        return
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent:
         os._exit(1)
+
+
+def _watch_host(host: int) -> None:
+    """End this process when ``host`` ends (at once if it has): a thread waits on the host's pidfd
+    (Linux 5.3+), or, without one, asks every ``HOST_POLL_S`` whether it is still there."""
+    try:
+        watched: int | None = os.pidfd_open(host)
+    except (AttributeError, OSError):  # no pidfd here, or the host is gone already
+        watched = None
+    if not _alive(host):
+        os._exit(1)
+    threading.Thread(target=_exit_after, args=(host, watched), name="mixpr-host-watch", daemon=True).start()
+
+
+def _exit_after(host: int, watched: int | None) -> None:
+    if watched is not None:
+        select.select([watched], [], [])  # readable once the host has exited
+    else:
+        while _alive(host):
+            time.sleep(HOST_POLL_S)
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: the host's pid taken by another process
+        return False
+    return True
 
 
 def _noop() -> None:
@@ -315,9 +372,30 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _make_executor(kind: str) -> concurrent.futures.Executor:
-    if kind == "thread":
+def _context(kind: str) -> Any:
+    """Where process workers come from. Not forked from the host: it has threads (LiteLLM's, the
+    loop's) that fork would copy mid-state. Spawned, each worker imported MixPR, scikit-learn, the
+    tokenizers (and LiteLLM, for the auto router) itself: on two cores, two workers and the host's own
+    import took 10 s to readiness (issue 59). The fork server is a clean single-threaded process that
+    imports them once (``preload``) and forks each worker from there, in milliseconds."""
+    return None if kind == "thread" else multiprocessing.get_context("forkserver")
+
+
+def _preload(context: Any, modules: Sequence[str]) -> None:
+    """Set the fork server's ``modules`` if it has not started yet (one server serves every pool of
+    this process; one started earlier keeps its own, and its workers import the rest as they warm)."""
+    from multiprocessing import forkserver
+
+    if context is not None and modules and not _server_running(forkserver):
+        context.set_forkserver_preload(list(modules))
+
+
+def _server_running(forkserver: Any) -> bool:
+    server = getattr(forkserver, "_forkserver", None)
+    return getattr(server, "_forkserver_pid", None) is not None
+
+
+def _make_executor(context: Any) -> concurrent.futures.Executor:
+    if context is None:
         return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="mixpr")
-    # spawn, not fork: the gateway has threads (LiteLLM's, the loop's) that fork would copy mid-state.
-    context = multiprocessing.get_context("spawn")
     return concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context)

@@ -125,3 +125,40 @@ def test_a_start_that_fails_behind_the_listening_server_exits_3_and_says_why(tmp
     assert done.returncode == 3
     assert "general_settings.stats_path" in done.stderr and "cannot open the stats store" in done.stderr
     assert "never retrieved" not in done.stderr
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid``: its workers are the fork server's children, not its own."""
+    found, stack = [], [pid]
+    while stack:
+        with_children = stack.pop()
+        try:
+            children = _children(with_children)
+        except FileNotFoundError:  # gone meanwhile
+            continue
+        found += children
+        stack += children
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
+    except FileNotFoundError:
+        return False
+
+
+def test_a_killed_gateway_leaves_no_worker_or_fork_server_behind(upstream: FakeUpstream,
+                                                                 tmp_path: Path) -> None:
+    # SIGKILL runs no shutdown: the fork server sees its host's pipe close and exits, and the workers,
+    # its children, are signalled as it goes (PR_SET_PDEATHSIG). None may carry on as an orphan.
+    gateway = GatewayProcess(_config(tmp_path, upstream), log=tmp_path / "gateway.log").wait()
+    try:
+        under = _descendants(gateway.process.pid)
+        assert any("/sklearn/" in _mapped(pid) for pid in under)  # the warm workers are among them
+    finally:
+        gateway.kill()
+    deadline = time.monotonic() + 30
+    while any(_running(pid) for pid in under) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in under if _running(pid)]

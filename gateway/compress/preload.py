@@ -1,0 +1,13 @@
+"""Imported by the compression pool's fork server (``gateway.run.workers``), once, before it forks
+the first worker: what every worker's warm-up loads (the tokenizers, MixPR, scikit-learn), so each
+worker starts from it in milliseconds instead of importing it itself (issue 59). Imported anywhere
+else it only loads them early."""
+
+import contextlib
+
+from gateway.compress.compressor import load_tables
+
+# Anything but an ImportError raised here would stop the fork server, and every worker start with it;
+# a worker's own warm-up loads what this could not and says why.
+with contextlib.suppress(Exception):
+    load_tables()
