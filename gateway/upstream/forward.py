@@ -27,7 +27,7 @@ from litellm.types.llms.openai import ValidUserMessageContentTypes
 from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
 from gateway.run import offload
-from gateway.upstream.redaction import decoded, redact, redact_escaped, redacted, said
+from gateway.upstream.redaction import decoded, redact, redacted, said
 
 log = logging.getLogger("gateway.upstream.forward")
 # Importing this module changes nothing in LiteLLM or the openai SDK: the gateway's process-wide
@@ -281,9 +281,8 @@ def map_error(exc: BaseException) -> GatewayError:
     if status in AUTH_STATUSES:
         return auth_failed(status)
     error = _upstream_error_object(exc, causes, status)
-    for field in ("message", "param", "type", "code"):  # every string the upstream chose
-        if isinstance(error.get(field), str):
-            error[field] = redact(error[field])
+    for field in ("message", "param", "type", "code"):  # every value the upstream chose, a list or an
+        error[field] = redacted(error.get(field))  # object too (``"param": ["..."]``), once decoded
     if status == 500 and _is_mislabelled_validation(error):
         status, error = 400, _validation_error(error["message"])
     return UpstreamError(error["message"], status_code=status, error_type=error["type"],
@@ -342,7 +341,7 @@ def _upstream_error_object(exc: BaseException, causes: list[BaseException], stat
         detail = body["detail"]
         return error_json(_detail_message(detail), fallback, param=_detail_param(detail))["error"]
     code = "context_length_exceeded" if isinstance(exc, litellm.ContextWindowExceededError) else None
-    message = redact_escaped(str(getattr(exc, "message", "") or exc)) or f"Upstream error ({status})."
+    message = redact(str(getattr(exc, "message", "") or exc)) or f"Upstream error ({status})."
     if isinstance(body, str):  # TGI's {"error": "<text>"}: the text, decoded
         message = _text_of(body)
     elif code is None and (said_by := _cause_body(causes)) is not None:  # {"errors": [...]}, or dropped
