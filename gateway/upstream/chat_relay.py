@@ -158,12 +158,14 @@ class Relay:
         try:
             answer = orjson.loads(raw)
         except orjson.JSONDecodeError:
+            answer = None
+        if not isinstance(answer, dict):  # not JSON, or no answer (a list, a string: an error's text)
             raise UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
-                                code="upstream_invalid_response") from None
+                                code="upstream_invalid_response")
         error = error_in(answer)
         if error is not None:  # a 2xx that is an error (OpenRouter's, once a model started): the one exit
             raise stream_error(error)
-        usage = answer.get("usage") if isinstance(answer, dict) else None
+        usage = answer.get("usage")
         return shapes.renamed(raw, shapes.CHAT, model), usage if isinstance(usage, dict) else None
 
     async def open_stream(self, route: Route, content: bytes, model: str,

@@ -33,6 +33,7 @@ BLANK_LINE = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
 LOOKBACK = 3  # a blank line is at most 4 bytes: it may start 3 bytes before the newest read
 LINE_END = re.compile(rb"\r\n|\r|\n")
 LINE_TEXT_END = re.compile(r"\r\n|\r|\n")
+DONE = b"[DONE]"
 
 
 class EventTooLarge(UpstreamError):
@@ -103,20 +104,26 @@ ERROR_NAME = re.compile(rb"(?:^|[\r\n])event:\s?error[\r\n]")
 
 def error_of(event: bytes) -> Any | None:
     """The error an event carries, whatever its type: an object that is one (``statuses.error_in``:
-    OpenAI's ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``), a Response that failed
-    (``response.failed``), or an ``event: error`` whatever its data (plain text: the text); None for
-    any other event."""
+    OpenAI's ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``, a Response that failed), an
+    ``event: error`` whatever its data, or data that is no API's event (every API's is a JSON object,
+    or ``[DONE]``: plain text, a list, a string is an upstream's error text); None for any other event."""
     named = ERROR_NAME.search(event) is not None
-    if not named and not ERROR_WORDS.search(event):  # most events: no parse
+    value = data(event).strip()
+    if not named and not ERROR_WORDS.search(event) and _object_or_done(value):  # most events: no parse
         return None
     try:
-        payload = json.loads(data(event))
-    except (ValueError, RecursionError):  # not JSON: an error only when the event says so
-        return {"message": data(event).decode("utf-8", errors="replace")} if named else None
+        payload = json.loads(value)
+    except (ValueError, RecursionError):  # not JSON: what it says is the error
+        return {"message": value.decode("utf-8", errors="replace")}
+    if not isinstance(payload, dict):
+        return {"message": redaction.said(payload)}
     found = error_in(payload)
-    if found is None and isinstance(payload, dict):
-        found = error_in(payload.get("response"))
     return found if found is not None or not named else payload
+
+
+def _object_or_done(value: bytes) -> bool:
+    """Whether an event's data is what every API's events are (a JSON object, ``[DONE]``) or none."""
+    return not value or value.startswith(b"{") or value == DONE
 
 
 def redacted(event: bytes) -> bytes:

@@ -71,8 +71,8 @@ def answer_error(url: str, model: str, status: int, headers: Mapping[str, str], 
 def error_in(payload: Any) -> Any | None:
     """The error a 2xx answer says it is, whatever its status: OpenAI's (OpenRouter's, once a model
     has started) ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``, a Response whose
-    ``status`` is ``failed``, FastAPI's ``detail`` or a list of ``errors`` (no answer of any API has
-    those at its top); None for an answer."""
+    ``status`` is ``failed`` (or an event holding one), FastAPI's ``detail`` or a list of ``errors``
+    (no answer of any API has those at its top); None for an answer."""
     if not isinstance(payload, dict):
         return None
     if payload.get("error"):
@@ -83,7 +83,7 @@ def error_in(payload: Any) -> Any | None:
         return payload.get("error") or payload
     if payload.get("status") == "failed":
         return payload.get("error") or {"message": "The upstream model failed."}
-    return None
+    return error_in(payload.get("response"))  # a Responses event's Response (``response.failed``)
 
 
 def answer_problem(raw: bytes) -> GatewayError | None:
