@@ -42,7 +42,7 @@ from litellm.utils import ProviderConfigManager
 from gateway.config import ModelEntry
 from gateway.errors import UpstreamError
 from gateway.upstream import http, shapes, sse
-from gateway.upstream.forward import ROUTER_ONLY_PARAMS, supported_params
+from gateway.upstream.forward import ROUTER_ONLY_PARAMS, invalid_answer, supported_params
 from gateway.upstream.statuses import ERROR_BODY_BYTES, error_in, status_error, stream_error
 
 log = logging.getLogger("gateway.upstream.relay")
@@ -160,8 +160,7 @@ class Relay:
         except orjson.JSONDecodeError:
             answer = None
         if not isinstance(answer, dict):  # not JSON, or no answer (a list, a string: an error's text)
-            raise UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
-                                code="upstream_invalid_response")
+            raise invalid_answer()
         error = error_in(answer)
         if error is not None:  # a 2xx that is an error (OpenRouter's, once a model started): the one exit
             raise stream_error(error)

@@ -425,3 +425,24 @@ def test_a_2xx_that_is_no_answer_leaves_by_the_one_exit(url: str, scripted: Answ
     assert not leaks(response, _secrets(scripted)), response.text
     expected = "server_error" if body == "failed event" else "upstream_invalid_response"
     assert response.json()["error"]["code"] == expected, response.text
+
+
+@pytest.mark.parametrize("body", ["openai", "anthropic", "text", "events"])
+def test_a_2xx_litellm_cannot_read_is_answered_as_the_relay_answers_it(url: str, scripted: AnsweringUpstream,
+                                                                       body: str) -> None:
+    """Chat completions to an Anthropic deployment (LiteLLM's path): a 200 that is no message (an
+    error, text, a stream) failed LiteLLM's parsing, and the client got the gateway's own 500
+    internal error; it is the answer the chat relay gives for the same body."""
+    said = f"overloaded:\n{KEY} at 127.0.0.1:{scripted.port}"
+    raw = {"openai": json.dumps({"error": {"message": said, "type": "overloaded_error", "code": "busy"}}),
+           "anthropic": json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": said}}),
+           "text": said, "events": 'event: message_start\ndata: {"type": "message_start"}\n\n'}[body]
+    answers = {}
+    for route in ("chat litellm anthropic", "chat relay"):
+        scripted.script(ROUTES[route].model, Answer(200, raw.encode(), "application/json"))
+        answers[route] = _ask(url, ROUTES[route])
+    response, relayed = answers["chat litellm anthropic"], answers["chat relay"]
+    assert (response.status_code, response.json()) == (relayed.status_code, relayed.json()), response.text
+    assert response.status_code == 502 and not leaks(response, _secrets(scripted)), response.text
+    expected = "overloaded:\n[redacted]" if body in ("openai", "anthropic") else "not JSON"
+    assert expected in response.json()["error"]["message"], response.text
