@@ -200,10 +200,28 @@ class ChatEvents(sse.Events):
     def tail(self) -> bytes:
         return b"" if self.done else DONE + b"\n\n"
 
+    def answer(self, payload: dict[str, Any]) -> list[bytes]:
+        """A whole chat.completion as the one chunk that says it all (its usage too)."""
+        choices = payload.get("choices")
+        deltas = [_delta(c) for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+        chunk = {**payload, "object": "chat.completion.chunk", "choices": deltas}
+        return [b"data: " + orjson.dumps(chunk) + b"\n\n"]
+
     def closed(self) -> None:
         usage = _usage(self.last_usage)
         if usage:
             self.on_usage(usage)
+
+
+def _delta(choice: dict[str, Any]) -> dict[str, Any]:
+    """A whole answer's choice as a chunk's: its message as the delta, each tool call numbered (a
+    chunk's tool calls carry their index)."""
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        message = {**message, "tool_calls": [{**c, "index": i} if isinstance(c, dict) else c
+                                             for i, c in enumerate(calls)]}
+    return {**{k: v for k, v in choice.items() if k != "message"}, "delta": message}
 
 
 async def chunks(events: ChatEvents) -> AsyncIterator[dict[str, Any]]:

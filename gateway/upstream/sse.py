@@ -22,7 +22,8 @@ import anyio
 
 from gateway.errors import GatewayError, UpstreamError
 from gateway.upstream import redaction
-from gateway.upstream.statuses import ERROR_WORDS, error_in, stream_error, transport_error
+from gateway.upstream.forward import invalid_answer
+from gateway.upstream.statuses import ERROR_WORDS, answer_problem, error_in, stream_error, transport_error
 
 log = logging.getLogger("gateway.upstream.sse")
 
@@ -195,9 +196,32 @@ class Events:
     def closed(self) -> None:
         """Called once, when the response is released or closed."""
 
+    def answer(self, payload: dict[str, Any]) -> list[bytes]:
+        """A whole answer (a JSON object that is no error) as this API's events, for a stream asked
+        and a whole answer given; the base knows no API's events, so it is no answer."""
+        raise invalid_answer()
+
+    def _answered(self, raw: bytes) -> bytes:
+        """A body that is no event stream, where one was asked: its error raised (the API's in-band
+        error event, mapped as the same body unstreamed), else the answer as its events, edited as
+        the upstream's would be, so none of it is lost."""
+        problem = answer_problem(raw)
+        if problem is not None:
+            raise problem
+        return b"".join(self.edit(event) for event in self.answer(json.loads(raw))) + self.tail()
+
     async def _read(self) -> AsyncIterator[bytes]:
         try:
-            async for data in self._response.content.iter_any():
+            pieces = self._response.content.iter_any()
+            head = await _head(pieces)
+            if not is_events(head):  # a whole body (OpenRouter's {"error": ...} at 200, a page)
+                raw = await self._rest(head, pieces)
+                self.ended = True
+                yield self._answered(raw)
+                return
+            if events := self._framer.feed(head):
+                yield b"".join(self.edit(event) for event in events)
+            async for data in pieces:
                 if events := self._framer.feed(data):
                     yield b"".join(self.edit(event) for event in events)
             events, rest = self._framer.end()
@@ -213,6 +237,16 @@ class Events:
         finally:
             self._close()
 
+    async def _rest(self, head: bytes, pieces: AsyncIterator[bytes]) -> bytes:
+        """The whole body, ``head`` first, no longer than one event may be."""
+        raw = bytearray(head)
+        async for data in pieces:
+            raw += data
+            if len(raw) > self._framer.max_event_bytes:
+                raise EventTooLarge(f"The upstream model sent an answer larger than max_event_bytes "
+                                    f"({self._framer.max_event_bytes} bytes).")
+        return bytes(raw)
+
     def _close(self) -> None:
         if self._done:
             return
@@ -222,6 +256,29 @@ class Events:
         else:  # cut short: closed, so the upstream stops
             self._response.close()
         self.closed()
+
+
+# What an event stream starts with: a field (data, event, id, retry) or a comment, after blank lines.
+FIELD = re.compile(rb"(?:data|event|id|retry)?:")
+LONGEST_FIELD = len(b"retry:")
+
+
+async def _head(pieces: AsyncIterator[bytes]) -> bytes:
+    """The body's first bytes, enough to tell an event stream (:func:`is_events`), or all of it."""
+    head = b""
+    async for data in pieces:
+        head += data
+        start = head.lstrip()
+        if len(start) >= LONGEST_FIELD or LINE_END.search(start):
+            break
+    return head
+
+
+def is_events(head: bytes) -> bool:
+    """Whether a body starting ``head`` is an event stream (an empty one too): every stream starts
+    with a field or a comment; JSON, a page or an error's text does not."""
+    start = head.lstrip()
+    return not start or FIELD.match(start) is not None
 
 
 async def closed(stream: Any) -> None:

@@ -446,3 +446,59 @@ def test_a_2xx_litellm_cannot_read_is_answered_as_the_relay_answers_it(url: str,
     assert response.status_code == 502 and not leaks(response, _secrets(scripted)), response.text
     expected = "overloaded:\n[redacted]" if body in ("openai", "anthropic") else "not JSON"
     assert expected in response.json()["error"]["message"], response.text
+
+
+WHOLE_ROUTES = ["chat relay stream", "messages stream", "responses relay stream",
+                "responses over chat stream"]
+
+
+def _events(response: httpx.Response) -> list[Any]:
+    """Each event's data, decoded (``[DONE]`` as the text it is)."""
+    lines = [line[5:].strip() for line in LINE_END.split(response.text) if line.startswith("data:")]
+    return [line if line == "[DONE]" else json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("body", ["openai", "anthropic", "text"])
+@pytest.mark.parametrize("route", WHOLE_ROUTES)
+def test_a_stream_answered_with_a_whole_error_ends_in_the_streams_error(url: str, scripted: AnsweringUpstream,
+                                                                        route: str, body: str) -> None:
+    """A streamed request the upstream answered 200 with plain JSON that is an error (OpenRouter's
+    {"error": ...} once a model started, Anthropic's {"type": "error"}) or with text: the chat relay
+    sent an empty stream and [DONE], the Messages relay an error that lost what the upstream said.
+    It is the stream's one error event, mapped and redacted as the same body unstreamed."""
+    said = f"overloaded:\n{KEY} at 127.0.0.1:{scripted.port}"
+    raw = {"openai": json.dumps({"error": {"message": said, "type": "overloaded_error", "code": "busy"}}),
+           "anthropic": json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": said}}),
+           "text": said}[body]
+    scripted.script(ROUTES[route].model, Answer(200, raw.encode(), "application/json"))
+    response = _ask(url, ROUTES[route])
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    assert not leaks(response, _secrets(scripted)), response.text
+    events = [e for e in _events(response) if e != "[DONE]"]
+    errors = [e.get("error", e) for e in events if e.get("type") == "error" or "error" in e]
+    assert len(errors) == 1 and len(events) == 1, response.text  # the error, and nothing said before it
+    expected = "overloaded:\n[redacted]" if body != "text" else "not JSON"
+    assert expected in errors[0]["message"], response.text
+    if route == "chat relay stream":  # the error the unstreamed chat relay answers, then [DONE]
+        unstreamed = _ask(url, ROUTES["chat relay"])
+        assert events[0] == unstreamed.json() and _events(response)[-1] == "[DONE]", response.text
+
+
+@pytest.mark.parametrize("route", WHOLE_ROUTES)
+def test_a_stream_answered_with_a_whole_answer_keeps_the_answer(url: str, scripted: AnsweringUpstream,
+                                                                route: str) -> None:
+    """A streamed request answered 200 with the whole answer in JSON: its events, the answer in them,
+    ended as a stream of that API ends (the chat relay sent [DONE] alone, the Messages relay an error)."""
+    wire = ROUTES[route].wire
+    text = json.dumps(ANSWERS[wire]).replace('"ok"', '"The answer is 42."')
+    scripted.script(ROUTES[route].model, Answer(200, text.replace(json.dumps(MODEL), json.dumps(
+        ROUTES[route].model)).encode(), "application/json"))
+    response = _ask(url, ROUTES[route])
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+    assert not leaks(response, _secrets(scripted)), response.text
+    events = _events(response)
+    said = [e for e in events if e != "[DONE]"]
+    assert "The answer is 42." in "".join(_strings(said)), response.text
+    assert not any("error" in e for e in said), response.text
+    last = {"chat relay stream": "[DONE]", "messages stream": {"type": "message_stop"}}.get(route)
+    assert events[-1] == last if last else events[-1]["type"] == "response.completed", response.text
