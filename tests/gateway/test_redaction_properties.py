@@ -325,6 +325,11 @@ def leaks(response: httpx.Response, secrets: list[str]) -> list[str]:
     return [secret for secret in secrets if any(secret.lower() in form for form in forms)]
 
 
+# Routes whose every answer the gateway reads itself (the relays), or maps when LiteLLM cannot (its
+# Anthropic code): LiteLLM's OpenAI path still fails on some 2xx bodies ({"errors": [...]}) inside.
+READ_ANSWERS = frozenset(name for name in ROUTES if "litellm" not in name and "over chat" not in name) | {
+    "chat litellm anthropic", "responses over chat", "responses over chat stream"}
+
 # -- the property ------------------------------------------------------------------------------------
 
 def _ask(url: str, route: Route) -> httpx.Response:
@@ -343,6 +348,8 @@ def test_no_relayed_answer_or_event_carries_an_operators_value(url: str, scripte
     response = _ask(url, route)
     found = leaks(response, _secrets(scripted))
     assert not found, (found, response.status_code, response.text)
+    if route_name in READ_ANSWERS:  # whatever the upstream answered, never the gateway's own bug
+        assert "internal error" not in response.text, (response.status_code, response.text)
 
 
 def test_the_checker_reads_a_secret_escaped_on_the_wire(scripted: AnsweringUpstream) -> None:
