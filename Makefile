@@ -50,13 +50,14 @@ test: $(VENV)/.installed-test
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
-# The multi-turn path's property tests (tests/gateway/conversation/test_properties.py) and the library's fuzz
-# (tests/mixpr/test_fuzz.py: mixpr.compress and both integrations, budgets 1-500) at length: `make test`
-# runs bounded profiles (12 and 20 examples, derandomized); this one 300 and 1,000 random examples. Keep
+# The multi-turn path's property tests (tests/gateway/conversation/test_properties.py), the library's fuzz
+# (tests/mixpr/test_fuzz.py: mixpr.compress and both integrations, budgets 1-500) and the redaction
+# property (tests/gateway/test_redaction_properties.py) at length: `make test` runs bounded profiles (12,
+# 20 and 100 examples, derandomized); this one 300, 1,000 and 1,000 random examples. Keep
 # what it finds as @example in the test.
 fuzz: $(VENV)/.installed-test
 	HYPOTHESIS_PROFILE=fuzz $(BIN)/python -m pytest -n 0 -p no:randomly tests/gateway/conversation/test_properties.py \
-		tests/mixpr/test_fuzz.py --hypothesis-show-statistics
+		tests/mixpr/test_fuzz.py tests/gateway/test_redaction_properties.py --hypothesis-show-statistics
 
 # The agent clients' end-to-end tests (tests/gateway/test_client_*.py, docs/clients.md) with the newest
 # release of every npm client (npm's `latest` tag; `make test` runs the pinned ones), each installed

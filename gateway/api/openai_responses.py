@@ -115,7 +115,7 @@ async def _relayed(gateway: Any, body: dict[str, Any], entry: Any, to: responses
     if reply.stream is not None:
         events = relayed_events(reply.stream, functools.partial(_error_event, reply.stream))
         return event_stream(events, headers, upstream=reply.stream)
-    return Response(reply.content, media_type=reply.media_type, headers=headers)
+    return Response(reply.content, media_type="application/json", headers=headers)
 
 
 def _error_event(events: responses_relay.ResponseEvents, error: GatewayError) -> bytes:

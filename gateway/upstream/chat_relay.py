@@ -42,7 +42,7 @@ from litellm.utils import ProviderConfigManager
 from gateway.config import ModelEntry
 from gateway.errors import UpstreamError
 from gateway.upstream import http, shapes, sse
-from gateway.upstream.forward import ROUTER_ONLY_PARAMS, supported_params
+from gateway.upstream.forward import ROUTER_ONLY_PARAMS, invalid_answer, supported_params
 from gateway.upstream.statuses import ERROR_BODY_BYTES, error_in, status_error, stream_error
 
 log = logging.getLogger("gateway.upstream.relay")
@@ -158,12 +158,13 @@ class Relay:
         try:
             answer = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            raise UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
-                                code="upstream_invalid_response") from None
+            answer = None
+        if not isinstance(answer, dict):  # not JSON, or no answer (a list, a string: an error's text)
+            raise invalid_answer()
         error = error_in(answer)
         if error is not None:  # a 2xx that is an error (OpenRouter's, once a model started): the one exit
             raise stream_error(error)
-        usage = answer.get("usage") if isinstance(answer, dict) else None
+        usage = answer.get("usage")
         return shapes.renamed(raw, shapes.CHAT, model), usage if isinstance(usage, dict) else None
 
     async def open_stream(self, route: Route, content: bytes, model: str,
@@ -199,10 +200,28 @@ class ChatEvents(sse.Events):
     def tail(self) -> bytes:
         return b"" if self.done else DONE + b"\n\n"
 
+    def answer(self, payload: dict[str, Any]) -> list[bytes]:
+        """A whole chat.completion as the one chunk that says it all (its usage too)."""
+        choices = payload.get("choices")
+        deltas = [_delta(c) for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+        chunk = {**payload, "object": "chat.completion.chunk", "choices": deltas}
+        return [b"data: " + orjson.dumps(chunk) + b"\n\n"]
+
     def closed(self) -> None:
         usage = _usage(self.last_usage)
         if usage:
             self.on_usage(usage)
+
+
+def _delta(choice: dict[str, Any]) -> dict[str, Any]:
+    """A whole answer's choice as a chunk's: its message as the delta, each tool call numbered (a
+    chunk's tool calls carry their index)."""
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        message = {**message, "tool_calls": [{**c, "index": i} if isinstance(c, dict) else c
+                                             for i, c in enumerate(calls)]}
+    return {**{k: v for k, v in choice.items() if k != "message"}, "delta": message}
 
 
 async def chunks(events: ChatEvents) -> AsyncIterator[dict[str, Any]]:

@@ -13,6 +13,7 @@ import ast
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -22,12 +23,13 @@ import anyio
 import httpx
 import litellm
 import openai
+from litellm.llms.base_llm.chat.transformation import BaseLLMException
 from litellm.types.llms.openai import ValidUserMessageContentTypes
 
 from gateway.config import ROUTER_ONLY_PARAMS, ModelEntry
 from gateway.errors import GatewayError, UpstreamError, error_json
 from gateway.run import offload
-from gateway.upstream.redaction import decoded, redact, redact_escaped, redacted, said
+from gateway.upstream.redaction import decoded, redact, redacted, said
 
 log = logging.getLogger("gateway.upstream.forward")
 # Importing this module changes nothing in LiteLLM or the openai SDK: the gateway's process-wide
@@ -267,6 +269,9 @@ def map_error(exc: BaseException) -> GatewayError:
     if isinstance(exc, GatewayError):
         return exc
     causes = _causes(exc)
+    unread = _unread_answer(causes)
+    if unread is not None:  # LiteLLM could not read a 2xx: the upstream's answer, not our bug
+        return unread
     if not any(_from_the_wire(c) for c in causes):  # our own bug: not the upstream's fault
         log.error("unexpected %s while calling the upstream", type(exc).__name__)
         return GatewayError("The gateway hit an internal error.", status_code=500)
@@ -281,13 +286,53 @@ def map_error(exc: BaseException) -> GatewayError:
     if status in AUTH_STATUSES:
         return auth_failed(status)
     error = _upstream_error_object(exc, causes, status)
-    for field in ("message", "param", "type", "code"):  # every string the upstream chose
-        if isinstance(error.get(field), str):
-            error[field] = redact(error[field])
+    for field in ("message", "param", "type", "code"):  # every value the upstream chose, a list or an
+        error[field] = redacted(error.get(field))  # object too (``"param": ["..."]``), once decoded
     if status == 500 and _is_mislabelled_validation(error):
         status, error = 400, _validation_error(error["message"])
     return UpstreamError(error["message"], status_code=status, error_type=error["type"],
                          param=error["param"], code=error["code"], headers=_retry_after(exc))
+
+
+def invalid_answer() -> UpstreamError:
+    """A 2xx whose body is no answer of the API asked (text, a page, events where none were asked)."""
+    return UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
+                         code="upstream_invalid_response")
+
+
+def _unread_answer(causes: list[BaseException]) -> GatewayError | None:
+    """A 2xx LiteLLM's provider code could not read as an answer, as the relays map the same body;
+    None for anything else. LiteLLM raises its provider's error with the answer's own 2xx status
+    (Anthropic's ``Unable to get json response``, or the repr of an ``error`` the body held) and
+    wraps it in an ``APIConnectionError`` with no network failure behind it: a 2xx status is what
+    tells it from a bug of the gateway's, which never carries one."""
+    unread = next((c for c in causes if isinstance(c, BaseLLMException) and 200 <= c.status_code < 300
+                   and not c.status_code_is_synthesized), None)
+    if unread is None:
+        return None
+    if any(isinstance(c, json.JSONDecodeError) for c in causes):  # the body was no JSON
+        return invalid_answer()
+    said = _literal(unread.message)  # str() of the body's error object: a repr, decoded here
+    return stream_error(said if isinstance(said, dict) else unread.message)
+
+
+def stream_error(error: Any) -> GatewayError:
+    """An error object an upstream sent with a 2xx (an answer's, a stream event's) as ``map_error``
+    maps the ``APIError`` the openai SDK raises for one midway: its own type and code, its message
+    redacted, a 502."""
+    body = error if isinstance(error, dict) else {"message": str(error)}
+    message = body.get("message")
+    if not isinstance(message, str):
+        body = {**body, "message": "The upstream model failed during the stream."}
+    request = httpx.Request("POST", "http://upstream/")
+    return map_error(openai.APIError(body["message"], request, body=body))
+
+
+def _literal(text: str) -> Any:
+    """A Python literal's value (LiteLLM formats an upstream's error dict with str()), else None."""
+    with contextlib.suppress(ValueError, SyntaxError, RecursionError, MemoryError, TypeError):
+        return ast.literal_eval(text)
+    return None
 
 
 def auth_failed(status: int) -> UpstreamError:
@@ -342,7 +387,7 @@ def _upstream_error_object(exc: BaseException, causes: list[BaseException], stat
         detail = body["detail"]
         return error_json(_detail_message(detail), fallback, param=_detail_param(detail))["error"]
     code = "context_length_exceeded" if isinstance(exc, litellm.ContextWindowExceededError) else None
-    message = redact_escaped(str(getattr(exc, "message", "") or exc)) or f"Upstream error ({status})."
+    message = redact(str(getattr(exc, "message", "") or exc)) or f"Upstream error ({status})."
     if isinstance(body, str):  # TGI's {"error": "<text>"}: the text, decoded
         message = _text_of(body)
     elif code is None and (said_by := _cause_body(causes)) is not None:  # {"errors": [...]}, or dropped

@@ -57,6 +57,11 @@ KEY_LIKE = re.compile(
     re.IGNORECASE,
 )
 LABELS = ("sk", "prefix", "auth", "bearer", "azure", "aws", "scheme")
+# An escape as repr and JSON write them. Text that quotes a body escaped (LiteLLM's "Empty or invalid
+# response ... '<body>'", a repr, a proxy's page quoting JSON, an event's plain-text data) has no
+# decoded form to redact: each piece between two escapes is redacted as if the escape were a line
+# break. A run of backslashes takes its letter with it: escaped twice (a repr of JSON), ``\\\\n`` is one.
+ESCAPE = re.compile(r"(\\+(?:u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|[nrtbf'\"/])?)")
 # Environment variables LiteLLM and the relays read: their values are the operator's as much as the
 # config's (``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ``AWS_SECRET_ACCESS_KEY``, ...).
 # A forward proxy's URL (``HTTPS_PROXY``, which both paths read) names a host of the operator's too.
@@ -99,6 +104,15 @@ class Redactor:
         return Redactor(_one_name_each([*self.replacements.items(), *other.replacements.items()]))
 
     def __call__(self, text: str) -> str:
+        """``text`` redacted whole (a value that spans a backslash, a Windows path), then, when it holds
+        an escape (a text quoting JSON, a repr), each piece between escapes on its own: the ``n`` of a
+        ``\\n`` or the ``c`` of Go's ``\\u003c`` would otherwise stand glued to the value after it."""
+        text = self._whole(text)
+        if "\\" not in text:
+            return text
+        return "".join(piece if i % 2 else self._whole(piece) for i, piece in enumerate(ESCAPE.split(text)))
+
+    def _whole(self, text: str) -> str:
         if self._pattern is not None:
             text = self._pattern.sub(lambda m: self._lookup.get(_folded(m.group(0)), REDACTED), text)
         return KEY_LIKE.sub(_labelled, text)
@@ -317,19 +331,6 @@ def said(payload: Any) -> str:
             if payload.get(key):
                 return said(payload[key])
     return json.dumps(payload, ensure_ascii=False, default=str)
-
-
-# An escape as repr and JSON write them: in text only ever seen escaped (an exception's message
-# quoting a body), each piece between two escapes is redacted as if the escape were a line break.
-# A run of backslashes takes its letter with it: escaped twice (a repr of JSON), ``\\\\n`` is one escape.
-ESCAPE = re.compile(r"(\\+(?:u[0-9a-fA-F]{4}|x[0-9a-fA-F]{2}|[nrtbf'\"/])?)")
-
-
-def redact_escaped(text: str) -> str:
-    """Text that quotes a body escaped (LiteLLM's "Empty or invalid response ... '<body>'"), with no
-    decoded form to redact: every piece between escapes redacted on its own, so the ``n`` of a ``\\n``
-    hides nothing. Decoded values (:func:`redacted`) are the rule; this is for text that has none."""
-    return "".join(piece if i % 2 else redact(piece) for i, piece in enumerate(ESCAPE.split(text)))
 
 
 def redact(text: str) -> str:

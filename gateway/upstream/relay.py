@@ -112,6 +112,37 @@ class MessageEvents(sse.Events):
         self.ended_well = self.ended_well or b"message_stop" in event
         return shapes.renamed_event(sse.error_event(event, anthropic=True), shapes.MESSAGE_EVENT, self.model)
 
+    def answer(self, payload: dict[str, Any]) -> list[bytes]:
+        """A whole Message as the events of its stream: message_start, each block, message_delta
+        (the stop reason), message_stop."""
+        blocks = payload.get("content") if isinstance(payload.get("content"), list) else []
+        started = {**payload, "content": [], "stop_reason": None, "stop_sequence": None}
+        events: list[tuple[str, dict[str, Any]]] = [("message_start", {"message": started})]
+        for index, block in enumerate(b for b in blocks if isinstance(b, dict)):
+            events += _block_events(index, block)
+        stop = {"stop_reason": payload.get("stop_reason"), "stop_sequence": payload.get("stop_sequence")}
+        usage = payload.get("usage") or {}
+        events += [("message_delta", {"delta": stop, "usage": usage}), ("message_stop", {})]
+        return [f"event: {kind}\ndata: ".encode() + _encoded({"type": kind, **fields}) + b"\n\n"
+                for kind, fields in events]
+
+
+def _block_events(index: int, block: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """One content block's events: a text's text and a tool call's input as their deltas (what
+    clients print and parse), any other block whole in its start."""
+    kind = block.get("type")
+    if kind == "text":
+        start, delta = {**block, "text": ""}, {"type": "text_delta", "text": block.get("text") or ""}
+    elif kind in ("tool_use", "server_tool_use"):
+        partial = json.dumps(block.get("input") or {}, ensure_ascii=False)
+        start, delta = {**block, "input": {}}, {"type": "input_json_delta", "partial_json": partial}
+    else:
+        start, delta = block, None
+    events = [("content_block_start", {"index": index, "content_block": start})]
+    if delta is not None:
+        events.append(("content_block_delta", {"index": index, "delta": delta}))
+    return [*events, ("content_block_stop", {"index": index})]
+
 
 def _error_body(status: int, raw: bytes) -> bytes:
     """The upstream's error body redacted; a body that is not Anthropic's JSON (a proxy's error page)

@@ -68,7 +68,6 @@ class Relayed:
     headers: dict[str, str]
     content: bytes = b""
     stream: ResponseEvents | None = None
-    media_type: str = "application/json"  # events, when a stream was asked and a whole answer came
 
 
 def target(entry: ModelEntry, *, timeout: float) -> Target | None:
@@ -127,8 +126,7 @@ async def send(client: http.Client, to: Target, body: dict[str, Any], *, model: 
     if not 200 <= response.status < 300:
         raw = await http.read(response, ERROR_BODY_BYTES)
         raise status_error(to.url, to.model, response, raw)
-    whole = "json" in response.headers.get("content-type", "")  # anything else asked to stream: events
-    if body.get("stream") and not whole:
+    if body.get("stream"):  # a whole Response answered instead is told as its events (``as_events``)
         return Relayed(passed, stream=ResponseEvents(response, model, on_usage,
                                                      client.policy.max_event_bytes))
     content = await http.read(response)
@@ -136,24 +134,21 @@ async def send(client: http.Client, to: Target, body: dict[str, Any], *, model: 
     problem = answer_problem(content)
     if problem is not None:  # not JSON, {"error": ...}, a Response whose status is "failed": as on chat
         raise problem
-    content = shapes.renamed(content, RESPONSE, model)
-    if body.get("stream"):  # a stream asked, a whole Response answered: its events, so none of it is lost
-        return Relayed(passed, content=as_events(orjson.loads(content)), media_type="text/event-stream")
-    return Relayed(passed, content=content)
+    return Relayed(passed, content=shapes.renamed(content, RESPONSE, model))
 
 
-def as_events(answer: dict[str, Any]) -> bytes:
+def as_events(answer: dict[str, Any]) -> list[bytes]:
     """A whole Response as the events a stream of it ends with: ``response.created``, each output
     item added and done, ``response.completed`` (what clients read the answer from)."""
     started = {**answer, "status": "in_progress", "output": []}
     kinds: list[tuple[str, dict[str, Any]]] = [("response.created", {"response": started})]
-    for index, item in enumerate(answer.get("output") or []):
+    output = answer.get("output") if isinstance(answer.get("output"), list) else []
+    for index, item in enumerate(output):
         kinds += [("response.output_item.added", {"output_index": index, "item": item}),
                   ("response.output_item.done", {"output_index": index, "item": item})]
     kinds.append(("response.completed", {"response": answer}))
-    return b"".join(f"event: {kind}\ndata: ".encode()
-                    + orjson.dumps({"type": kind, "sequence_number": n, **fields}) + b"\n\n"
-                    for n, (kind, fields) in enumerate(kinds))
+    return [f"event: {kind}\ndata: ".encode() + orjson.dumps({"type": kind, "sequence_number": n, **fields})
+            + b"\n\n" for n, (kind, fields) in enumerate(kinds)]
 
 
 def _encoded(body: dict[str, Any]) -> bytes:
@@ -188,6 +183,9 @@ class ResponseEvents(sse.Events):
         if USAGE in event:
             self.last_usage = event
         return shapes.renamed_event(event, RESPONSE_EVENT, self.model)
+
+    def answer(self, payload: dict[str, Any]) -> list[bytes]:
+        return as_events(payload)
 
     def closed(self) -> None:
         self.on_usage(_event_usage(self.last_usage))

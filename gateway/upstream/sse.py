@@ -22,7 +22,8 @@ import anyio
 
 from gateway.errors import GatewayError, UpstreamError
 from gateway.upstream import redaction
-from gateway.upstream.statuses import ERROR_WORDS, error_in, stream_error, transport_error
+from gateway.upstream.forward import invalid_answer
+from gateway.upstream.statuses import ERROR_WORDS, answer_problem, error_in, stream_error, transport_error
 
 log = logging.getLogger("gateway.upstream.sse")
 
@@ -33,6 +34,7 @@ BLANK_LINE = re.compile(rb"(?:\r\n|\n|\r(?!\n))(?:\r\n|\n|\r)")
 LOOKBACK = 3  # a blank line is at most 4 bytes: it may start 3 bytes before the newest read
 LINE_END = re.compile(rb"\r\n|\r|\n")
 LINE_TEXT_END = re.compile(r"\r\n|\r|\n")
+DONE = b"[DONE]"
 
 
 class EventTooLarge(UpstreamError):
@@ -103,20 +105,26 @@ ERROR_NAME = re.compile(rb"(?:^|[\r\n])event:\s?error[\r\n]")
 
 def error_of(event: bytes) -> Any | None:
     """The error an event carries, whatever its type: an object that is one (``statuses.error_in``:
-    OpenAI's ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``), a Response that failed
-    (``response.failed``), or an ``event: error`` whatever its data (plain text: the text); None for
-    any other event."""
+    OpenAI's ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``, a Response that failed), an
+    ``event: error`` whatever its data, or data that is no API's event (every API's is a JSON object,
+    or ``[DONE]``: plain text, a list, a string is an upstream's error text); None for any other event."""
     named = ERROR_NAME.search(event) is not None
-    if not named and not ERROR_WORDS.search(event):  # most events: no parse
+    value = data(event).strip()
+    if not named and not ERROR_WORDS.search(event) and _object_or_done(value):  # most events: no parse
         return None
     try:
-        payload = json.loads(data(event))
-    except (ValueError, RecursionError):  # not JSON: an error only when the event says so
-        return {"message": data(event).decode("utf-8", errors="replace")} if named else None
+        payload = json.loads(value)
+    except (ValueError, RecursionError):  # not JSON: what it says is the error
+        return {"message": value.decode("utf-8", errors="replace")}
+    if not isinstance(payload, dict):
+        return {"message": redaction.said(payload)}
     found = error_in(payload)
-    if found is None and isinstance(payload, dict):
-        found = error_in(payload.get("response"))
     return found if found is not None or not named else payload
+
+
+def _object_or_done(value: bytes) -> bool:
+    """Whether an event's data is what every API's events are (a JSON object, ``[DONE]``) or none."""
+    return not value or value.startswith(b"{") or value == DONE
 
 
 def redacted(event: bytes) -> bytes:
@@ -188,9 +196,32 @@ class Events:
     def closed(self) -> None:
         """Called once, when the response is released or closed."""
 
+    def answer(self, payload: dict[str, Any]) -> list[bytes]:
+        """A whole answer (a JSON object that is no error) as this API's events, for a stream asked
+        and a whole answer given; the base knows no API's events, so it is no answer."""
+        raise invalid_answer()
+
+    def _answered(self, raw: bytes) -> bytes:
+        """A body that is no event stream, where one was asked: its error raised (the API's in-band
+        error event, mapped as the same body unstreamed), else the answer as its events, edited as
+        the upstream's would be, so none of it is lost."""
+        problem = answer_problem(raw)
+        if problem is not None:
+            raise problem
+        return b"".join(self.edit(event) for event in self.answer(json.loads(raw))) + self.tail()
+
     async def _read(self) -> AsyncIterator[bytes]:
         try:
-            async for data in self._response.content.iter_any():
+            pieces = self._response.content.iter_any()
+            head = await _head(pieces)
+            if not is_events(head):  # a whole body (OpenRouter's {"error": ...} at 200, a page)
+                raw = await self._rest(head, pieces)
+                self.ended = True
+                yield self._answered(raw)
+                return
+            if events := self._framer.feed(head):
+                yield b"".join(self.edit(event) for event in events)
+            async for data in pieces:
                 if events := self._framer.feed(data):
                     yield b"".join(self.edit(event) for event in events)
             events, rest = self._framer.end()
@@ -206,6 +237,16 @@ class Events:
         finally:
             self._close()
 
+    async def _rest(self, head: bytes, pieces: AsyncIterator[bytes]) -> bytes:
+        """The whole body, ``head`` first, no longer than one event may be."""
+        raw = bytearray(head)
+        async for data in pieces:
+            raw += data
+            if len(raw) > self._framer.max_event_bytes:
+                raise EventTooLarge(f"The upstream model sent an answer larger than max_event_bytes "
+                                    f"({self._framer.max_event_bytes} bytes).")
+        return bytes(raw)
+
     def _close(self) -> None:
         if self._done:
             return
@@ -215,6 +256,29 @@ class Events:
         else:  # cut short: closed, so the upstream stops
             self._response.close()
         self.closed()
+
+
+# What an event stream starts with: a field (data, event, id, retry) or a comment, after blank lines.
+FIELD = re.compile(rb"(?:data|event|id|retry)?:")
+LONGEST_FIELD = len(b"retry:")
+
+
+async def _head(pieces: AsyncIterator[bytes]) -> bytes:
+    """The body's first bytes, enough to tell an event stream (:func:`is_events`), or all of it."""
+    head = b""
+    async for data in pieces:
+        head += data
+        start = head.lstrip()
+        if len(start) >= LONGEST_FIELD or LINE_END.search(start):
+            break
+    return head
+
+
+def is_events(head: bytes) -> bool:
+    """Whether a body starting ``head`` is an event stream (an empty one too): every stream starts
+    with a field or a comment; JSON, a page or an error's text does not."""
+    start = head.lstrip()
+    return not start or FIELD.match(start) is not None
 
 
 async def closed(stream: Any) -> None:

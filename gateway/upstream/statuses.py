@@ -21,9 +21,9 @@ import litellm
 import openai
 from litellm.litellm_core_utils.exception_mapping_utils import ExceptionCheckers
 
-from gateway.errors import GatewayError, UpstreamError
+from gateway.errors import GatewayError
 from gateway.upstream import redaction
-from gateway.upstream.forward import map_error
+from gateway.upstream.forward import invalid_answer, map_error, stream_error
 
 ERROR_BODY_BYTES = 1 << 20  # an error answer is read up to this much
 ERROR_WORDS = re.compile(rb'"(?:error|errors|detail|failed)"')  # what a 2xx that is an error holds
@@ -71,8 +71,8 @@ def answer_error(url: str, model: str, status: int, headers: Mapping[str, str], 
 def error_in(payload: Any) -> Any | None:
     """The error a 2xx answer says it is, whatever its status: OpenAI's (OpenRouter's, once a model
     has started) ``{"error": ...}``, Anthropic's ``{"type": "error", ...}``, a Response whose
-    ``status`` is ``failed``, FastAPI's ``detail`` or a list of ``errors`` (no answer of any API has
-    those at its top); None for an answer."""
+    ``status`` is ``failed`` (or an event holding one), FastAPI's ``detail`` or a list of ``errors``
+    (no answer of any API has those at its top); None for an answer."""
     if not isinstance(payload, dict):
         return None
     if payload.get("error"):
@@ -83,7 +83,7 @@ def error_in(payload: Any) -> Any | None:
         return payload.get("error") or payload
     if payload.get("status") == "failed":
         return payload.get("error") or {"message": "The upstream model failed."}
-    return None
+    return error_in(payload.get("response"))  # a Responses event's Response (``response.failed``)
 
 
 def answer_problem(raw: bytes) -> GatewayError | None:
@@ -95,8 +95,7 @@ def answer_problem(raw: bytes) -> GatewayError | None:
     except (ValueError, RecursionError):
         is_object = False
     if not is_object:
-        return UpstreamError("The upstream model sent an answer that is not JSON.", status_code=502,
-                             code="upstream_invalid_response")
+        return invalid_answer()
     return answer_failure(raw)
 
 
@@ -111,17 +110,6 @@ def answer_failure(raw: bytes) -> GatewayError | None:
         return None
     error = error_in(payload)
     return None if error is None else stream_error(error)
-
-
-def stream_error(error: Any) -> GatewayError:
-    """A mid-stream error event's ``error`` object as ``map_error`` maps the ``APIError`` the openai SDK
-    raises for it: its own type and code, its message redacted, a 502."""
-    body = error if isinstance(error, dict) else {"message": str(error)}
-    message = body.get("message")
-    if not isinstance(message, str):
-        body = {**body, "message": "The upstream model failed during the stream."}
-    request = httpx.Request("POST", "http://upstream/")
-    return map_error(openai.APIError(body["message"], request, body=body))
 
 
 def transport_error(exc: BaseException) -> GatewayError:

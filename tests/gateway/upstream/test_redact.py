@@ -54,3 +54,25 @@ def test_an_upstream_error_reaches_the_client_without_the_key(kind: str) -> None
     answer = httpx.Response(400, request=request, json={"error": {"message": message}})
     error = map_error(openai.BadRequestError(message, response=answer, body={"message": message}))
     assert error.status_code == 400 and SECRETS[kind] not in str(error.to_json())
+
+
+@pytest.mark.parametrize("escape", ["\\n", "\\t", '\\"', "\\\\", "\\/", "\\u003c", "\\u0026", "\\\\\\n"])
+def test_a_value_right_after_an_escape_in_text_is_redacted(escape: str) -> None:
+    """Text that quotes JSON or a repr (a proxy's page, an exception's message, an event's plain data)
+    has no decoded form: the letter ending an escape stood glued to the host and model after it."""
+    from gateway.upstream.redaction import Redactor
+
+    known = Redactor({"acme-chat-v3": "c", "gpu.acme.example:8000": "[upstream-host]",
+                      "tnt-live-7f3a9c": "[redacted]"})
+    text = f"said {escape}acme-chat-v3{escape}gpu.acme.example:8000{escape}tnt-live-7f3a9c{escape}done"
+    out = known(text)
+    assert out == f"said {escape}c{escape}[upstream-host]{escape}[redacted]{escape}done", out
+
+
+def test_a_value_that_spans_a_backslash_is_still_redacted_whole() -> None:
+    """The pieces between escapes are redacted after the whole text, not instead of it: a Windows path
+    is one value."""
+    from gateway.upstream.redaction import Redactor
+
+    out = Redactor({"C:\\models\\qwen3-8b.gguf": "[model-file]"})("cannot open C:\\models\\qwen3-8b.gguf")
+    assert out == "cannot open [model-file]", out
