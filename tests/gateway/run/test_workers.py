@@ -72,6 +72,7 @@ def test_a_worker_killed_while_idle_is_replaced_and_readiness_says_so(gateway: G
 
 
 def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried(gateway: Gateway, hold: Path) -> None:
+    """Waits for a replacement worker's start (its imports; long under load): the retry runs there."""
     hold.touch()
     reply = _in_background(lambda: gateway.chat("small", long_messages(seed=2)))
     killed = kill_busy_worker(gateway.workers)
@@ -87,6 +88,8 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried(gateway: Gatewa
 def test_a_job_whose_worker_dies_twice_fails_open(
     gateway: Gateway, hold: Path, upstream: FakeUpstream
 ) -> None:
+    """Up to a minute or two under load: five worker starts in a row (each kill leaves a one-worker pool
+    waiting for a replacement to import MixPR, 5 s on an idle machine) before the next step can run."""
     upstream.clear()
     hold.touch()
     # Too long for the window: nothing can be sent, and it is the server's fault (503, not 400).

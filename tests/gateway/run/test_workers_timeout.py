@@ -42,6 +42,7 @@ def pair(upstream: FakeUpstream, hold: Path) -> Iterator[Gateway]:
 
 
 def test_readiness_stays_ready_while_one_of_two_workers_is_replaced(pair: Gateway, hold: Path) -> None:
+    """Waits for two replacement workers' starts at the end (their imports; long under load)."""
     starting = Path(str(hold) + START_SUFFIX)
     first, second = pair.workers.pids()
     starting.touch()  # replacements now take as long as the test needs
@@ -70,6 +71,8 @@ def impatient(upstream: FakeUpstream, hold: Path) -> Iterator[Gateway]:
 
 
 def test_a_job_past_the_timeout_is_killed_and_fails_open(impatient: Gateway, hold: Path) -> None:
+    """Two jobs wait out the 2 s timeout, and each killed worker's replacement must start before the
+    next job runs: a minute under load."""
     hold.touch()
     [stuck] = impatient.workers.pids()
     assert_unavailable(impatient.chat("small", long_messages(seed=7)))
