@@ -89,7 +89,12 @@ class GatewayState:
     @asynccontextmanager
     async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
         general = self.config.general_settings
-        self.stats = _open_stats(general)  # first: a path it cannot open stops start-up before any work
+        try:
+            self.stats = _open_stats(general)  # first: a path it cannot open stops start-up before any work
+        except Exception:
+            if self._early is not None:  # the CLI's pool, still warming: the failed start must not wait
+                self._early.close()
+            raise
         workers, self._early = self._early or pool_for(self.config), None  # a pool per lifespan
         workers.metrics = self.metrics
         compressor = Compressor(workers, route_cache_size=general.route_cache_size,

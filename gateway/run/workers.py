@@ -95,6 +95,7 @@ class Workers:
         self._failing: str | None = None  # why the last replacement could not be started
         self._watch: asyncio.Task[None] | None = None
         self._starting: asyncio.Future[None] | None = None
+        self._spawning: set[concurrent.futures.Executor] = set()  # workers still importing
         self._closed = False
 
     async def start(self, warm_up: Callable[..., Any], *args: Any, preload: Sequence[str] = ()) -> None:
@@ -169,6 +170,8 @@ class Workers:
         for task in [self._watch, *self._respawning]:
             if task is not None:
                 task.cancel()
+        for executor in list(self._spawning):
+            _kill_starting(executor)
         for worker in self._workers:
             if worker.busy and worker.pid is not None:
                 _kill(worker.pid)  # a stuck job would make the shutdown below wait forever
@@ -252,6 +255,7 @@ class Workers:
 
     async def _spawn(self) -> _Worker:
         executor = _make_executor(self._context)
+        self._spawning.add(executor)
         try:
             parent = os.getpid() if self.kind == "process" else None  # a thread is not a child
             # The fork server's environment is the one it started with: a worker gets the host's now,
@@ -264,6 +268,8 @@ class Workers:
         except BaseException:
             executor.shutdown(wait=False, cancel_futures=True)
             raise
+        finally:
+            self._spawning.discard(executor)
         return _Worker(executor, pid if self.kind == "process" else None)
 
     def _add(self, worker: _Worker) -> None:
@@ -370,6 +376,15 @@ def _noop() -> None:
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def _kill_starting(executor: concurrent.futures.Executor) -> None:
+    """A worker closed while it still imports and warms: killed, for nothing waits for its job, and the
+    process's exit would otherwise wait seconds for its warm-up (a failed start, a stop mid-start)."""
+    processes = getattr(executor, "_processes", None) or {}  # ProcessPoolExecutor's pid -> Process
+    for process in list(processes.values()):
+        process.kill()
+    executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _context(kind: str) -> Any:

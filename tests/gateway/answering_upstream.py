@@ -55,8 +55,18 @@ class AnsweringUpstream:
         return self
 
     def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.server.close)
+        """Close the server and its open connections on its own loop, then stop it. A connection's task
+        left pending was closed later by the garbage collector, on a closed loop, and its unraisable
+        error failed whichever test of the xdist worker was running then."""
+        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
+
+    async def _close(self) -> None:
+        self.server.close()
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -70,14 +70,17 @@ def model(name: str, upstream_model: str, api_base: str, **extra: Any) -> dict[s
     return {"model_name": name, "litellm_params": params, **extra}
 
 
-def gateway_config(base: str) -> dict[str, Any]:
+def gateway_config(base: str, *, auto_router: bool = False) -> dict[str, Any]:
+    """The test models; ``auto_router`` adds ``small-auto``, whose router makes every compression worker
+    import LiteLLM as it warms (seconds per worker, a minute under load): only for tests that ask it."""
     small = {"max_input_tokens": SMALL_WINDOW}
+    routed = [model("small-auto", "small-auto", base, model_info=small,
+                    mixpr={"budget_tokens": 800, "router": "auto"})] if auto_router else []
     return {
         "model_list": [
             model("gpt-test", "echo", base),
             model("small", "small", base, model_info=small, mixpr={"budget_tokens": 800}),
-            model("small-auto", "small-auto", base, model_info=small,
-                  mixpr={"budget_tokens": 800, "router": "auto"}),
+            *routed,
             model("rate-limited", "mode-429", base),
             model("broken", "mode-500", base),
             model("slow", "mode-hang", base, litellm_params={"timeout": 0.5}),
@@ -109,7 +112,7 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="session")
 def gateway_app(upstream: FakeUpstream) -> Any:
-    return create_app(parse_config(gateway_config(upstream.base_url)))
+    return create_app(parse_config(gateway_config(upstream.base_url, auto_router=True)))
 
 
 @pytest.fixture(scope="session")
@@ -122,7 +125,7 @@ def gateway_url(gateway_app: Any) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def thread_gateway_url(upstream: FakeUpstream) -> Iterator[str]:
     """The same gateway with MixPR in threads, so a test can make ``mixpr.compress`` fail."""
-    raw = gateway_config(upstream.base_url)
+    raw = gateway_config(upstream.base_url, auto_router=True)
     raw["general_settings"]["compression_executor"] = "thread"
     server = ServerThread(create_app(parse_config(raw))).start()
     yield server.url

@@ -58,6 +58,16 @@ class Gateway:
         self.server.stop()
 
 
+def assert_unavailable(response: httpx.Response) -> None:
+    """A 503 for a compression the pool could not run, on a prompt that does not fit as it is."""
+    assert response.status_code == 503
+    assert int(response.headers["retry-after"]) >= 1
+    error = response.json()["error"]
+    assert error["code"] == "compression_unavailable"
+    assert error["type"] == "api_error"
+    assert "does not fit" in error["message"]
+
+
 @contextmanager
 def hold_switch(directory: Path) -> Iterator[Path]:
     """Set the test-only hold variable for gateways started inside; yields the file that holds jobs."""

@@ -29,7 +29,8 @@ def _config(base: str) -> dict[str, Any]:
 
     return {"model_list": [entry("private", PRIVATE, base), entry("leaky", "mode-leak-500", base, LEAK_KEY),
                            entry("elsewhere", "served-elsewhere", LEAK_BASE)],
-            "general_settings": {"master_key": MASTER_KEY}}
+            # One worker: these answers are errors, and the second worker's start would cost seconds.
+            "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
 
 
 @pytest.fixture(scope="module")

@@ -65,6 +65,8 @@ def _children(pid: int) -> list[int]:
 def test_liveliness_answers_while_the_pool_warms_and_an_early_request_is_served(
     upstream: FakeUpstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Its own gateway process, for the test is about the start: the import of the gateway (LiteLLM),
+    then a worker's warm-up, each seconds, a minute under load."""
     hold = tmp_path / "hold"
     starting = Path(str(hold) + START_SUFFIX)
     starting.touch()  # every worker's warm-up waits while this file exists
@@ -114,6 +116,8 @@ def test_the_gateway_process_leaves_scikit_learn_to_its_workers(gateway: Gateway
 
 
 def test_a_start_that_fails_behind_the_listening_server_exits_3_and_says_why(tmp_path: Path) -> None:
+    """Its own process, about the start: the store's path fails only after the gateway's import
+    (LiteLLM), which takes seconds, a minute under load."""
     # The store's path fails in the gateway's own start, after the server listens and the pool has
     # begun to warm: the process still exits as a failed start did, naming the setting, and nothing else.
     config = tmp_path / "config.yaml"

@@ -215,6 +215,8 @@ def test_anthropic_clients_get_their_own_error_shape(gateway: Gateway) -> None:
 
 
 def test_debug_logging_shows_the_traceback(tmp_path: Path, upstream: FakeUpstream) -> None:
+    """Its own gateway process, for the log level is a process flag: seconds to import, a minute under
+    load."""
     gateway = start(tmp_path, upstream, "debug")
     try:
         assert ask(gateway, "bug").status_code == 500

@@ -154,6 +154,8 @@ def _check(page: Page, urls: list[str], prometheus_urls: list[str] | None) -> di
 
 def test_the_page_shows_what_the_gateway_counted_across_a_restart(
         browser: Browser, gateways: tuple[str, Gateways]) -> None:
+    """A minute under load: it starts the gateway processes twice (a restart is what it is about), and
+    Chromium renders the page after each."""
     kind, started = gateways
     urls = started.start()
     seen: dict[str, int] = {}

@@ -1,0 +1,58 @@
+"""A pool closed while its workers still import and warm kills them: a failed start, or a stop that comes
+during the warm-up, exits at once rather than after the warm-up (seconds, a minute under load)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gateway.compress.compressor import START_SUFFIX, TEST_HOLD_ENV, _warm_up
+from gateway.run.workers import Workers
+
+
+def _spawned_children() -> set[int]:
+    """This process's children that multiprocessing spawned (its workers; not the resource tracker)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            if b"spawn_main" in cmdline:
+                found.add(int(child))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+
+
+async def _until(condition: Callable[[], object], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_pool_closed_while_warming_kills_its_starting_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hold = tmp_path / "hold"
+    Path(str(hold) + START_SUFFIX).touch()  # the warm-up waits while this exists: it never ends here
+    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    before = _spawned_children()
+    workers = Workers(workers=1, executor="process")
+    starting = asyncio.ensure_future(workers.start(_warm_up, False))
+    await _until(lambda: _spawned_children() - before)
+    [worker] = _spawned_children() - before
+    workers.close()
+    await _until(lambda: not _alive(worker), timeout=10)
+    with pytest.raises(asyncio.CancelledError):
+        await starting
