@@ -1,5 +1,9 @@
 """Start-up (issue 59): seconds from launching ``mixpr-gateway`` to a 200 on ``/health/liveliness`` and
 on ``/health/readiness``, median of N starts, with one OpenAI-compatible model and no embedded server.
+Then, on each start, the first compressed request after readiness against the steady state: a real
+contract of the dev split (``legal_contract_qa``, 84k characters) with one question, then with
+``STEADY`` other questions, each over a 16k window, answered by a local stand-in upstream; seconds
+from sending to the answer.
 
 ``--against PATH`` times another checkout (its own ``.venv``, e.g. ``/work/main``) in the same run, its
 starts alternating with this one's, so both see the same load; the load average is printed beside them.
@@ -13,23 +17,33 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import http.server
 import json
 import os
 import socket
 import statistics
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = ("/health/liveliness", "/health/readiness")
+FIRST, LATER = "first request", "steady state"
 POLL_S = 0.02  # finer than any difference worth reporting, coarse enough not to load the machine
 GIVE_UP_S = 300.0  # a loaded 2-core machine has taken over a minute
 # Nothing listens on port 9 (discard): a start must not need its upstream.
 MODEL = {"model_name": "m", "litellm_params": {"model": "openai/x", "api_base": "http://127.0.0.1:9/v1",
                                                "api_key": "x"}}
+CONTRACTS = ROOT.parent / "shared" / "data" / "real" / "legal_contract_qa.dev.jsonl"
+CONTRACT = 4  # an 84k-character contract: cut to the 16k window
+STEADY = 5  # requests after the first, each with another question: the steady state
+ANSWER = json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "x",
+                     "choices": [{"index": 0, "finish_reason": "stop",
+                                  "message": {"role": "assistant", "content": "ok"}}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
 
 
 @dataclass
@@ -37,7 +51,7 @@ class Checkout:
     """One checkout to time: its folder (holding ``.venv``) and the seconds of each start, per path."""
 
     root: Path
-    seconds: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PATHS})
+    seconds: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in (*PATHS, FIRST, LATER)})
 
     @property
     def python(self) -> Path:
@@ -50,10 +64,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_config(folder: Path) -> Path:
+def write_config(folder: Path, upstream: str) -> Path:
+    """One model on nothing (what the start needs) and one 16k-window model on the stand-in upstream."""
+    windowed = {"model_name": "w", "model_info": {"max_input_tokens": 16_000},
+                "litellm_params": {"model": "openai/w", "api_base": upstream, "api_key": "x"}}
     path = folder / "startup.yaml"
-    path.write_text(json.dumps({"model_list": [MODEL]}))  # JSON is YAML
+    path.write_text(json.dumps({"model_list": [MODEL, windowed]}))  # JSON is YAML
     return path
+
+
+class _Upstream(http.server.BaseHTTPRequestHandler):
+    """Answers every chat completion at once: the bench times the gateway, not a model."""
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        self.rfile.read(int(self.headers.get("content-length", 0)))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(ANSWER)))
+        self.end_headers()
+        self.wfile.write(ANSWER)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def upstream() -> http.server.ThreadingHTTPServer:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def requests() -> list[bytes]:
+    """The first request's body, then the steady state's: one contract, a question each."""
+    row = json.loads(CONTRACTS.read_text().splitlines()[CONTRACT])
+    return [json.dumps({"model": "w", "max_tokens": 50, "messages": [
+        {"role": "user", "content": f"{row['input']}\n\n{question}"}]}).encode()
+        for question in row["instructions"][: 1 + STEADY]]
+
+
+def answer_s(port: int, body: bytes) -> float:
+    """Seconds to a compressed answer for ``body``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    begun = time.monotonic()
+    try:
+        conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        action = response.getheader("x-mixpr-action")
+        if response.status != 200 or action != "compressed":
+            raise RuntimeError(f"expected a compressed 200, got {response.status} {action}")
+        return time.monotonic() - begun
+    finally:
+        conn.close()
 
 
 def status(port: int, path: str) -> int | None:
@@ -85,6 +147,9 @@ def time_start(checkout: Checkout, config: Path) -> dict[str, float]:
                 if path not in found and status(port, path) == 200:
                     found[path] = time.monotonic() - begun
             time.sleep(POLL_S)
+        first, *later = requests()
+        found[FIRST] = answer_s(port, first)
+        found[LATER] = statistics.median(answer_s(port, body) for body in later)
     finally:
         stop(proc)
     return found
@@ -102,17 +167,19 @@ def stop(proc: subprocess.Popen) -> None:
 def run(checkouts: list[Checkout], runs: int) -> None:
     """``runs`` starts of each checkout, alternating, so a change in load hits both alike."""
     with tempfile.TemporaryDirectory() as folder:
-        config = write_config(Path(folder))
+        stand_in = upstream()
+        config = write_config(Path(folder), f"http://127.0.0.1:{stand_in.server_address[1]}/v1")
         for i in range(runs):
             for checkout in checkouts:
                 for path, seconds in time_start(checkout, config).items():
                     checkout.seconds[path].append(seconds)
-                times = ", ".join(f"{p.rsplit('/', 1)[1]} {s[-1]:.2f} s" for p, s in checkout.seconds.items())
+                times = ", ".join(f"{p.rsplit('/', 1)[-1]} {s[-1]:.2f} s"
+                                  for p, s in checkout.seconds.items())
                 print(f"  start {i + 1}/{runs} {checkout.root}: {times}", flush=True)
 
 
 def report(checkouts: list[Checkout], load: tuple[float, ...]) -> dict[str, object]:
-    rows = {str(c.root): {p.rsplit("/", 1)[1]: {"median_s": round(statistics.median(s), 2),
+    rows = {str(c.root): {p.rsplit("/", 1)[-1]: {"median_s": round(statistics.median(s), 2),
                                                "runs_s": [round(x, 2) for x in s]}
                           for p, s in c.seconds.items()}
             for c in checkouts}
@@ -120,7 +187,8 @@ def report(checkouts: list[Checkout], load: tuple[float, ...]) -> dict[str, obje
           f"(load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs):")
     for root, row in rows.items():
         print(f"  {root:40} liveliness {row['liveliness']['median_s']:6.2f} s   "
-              f"readiness {row['readiness']['median_s']:6.2f} s")
+              f"readiness {row['readiness']['median_s']:6.2f} s   first compressed request "
+              f"{row[FIRST]['median_s']:5.2f} s, steady state {row[LATER]['median_s']:5.2f} s")
     return {"load_before": load[0], "load_after": os.getloadavg()[0], "checkouts": rows}
 
 

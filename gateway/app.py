@@ -40,7 +40,7 @@ from gateway.run.gate import Gate
 from gateway.run.workers import Workers
 from gateway.stats.opening import Stats, open_stats
 from gateway.ui import routes as ui_routes
-from gateway.upstream import patches, redaction, responses_relay
+from gateway.upstream import patches, redaction, responses_relay, warm
 
 log = logging.getLogger("gateway.app")
 
@@ -155,6 +155,8 @@ class GatewayState:
             self.failure = f"compression: {type(exc).__name__}: {exc}"
             log.error("warming the compression pool failed: %s", exc)
             return
+        # What LiteLLM's first call imports, before readiness rather than on the first request.
+        await asyncio.to_thread(warm.first_call)
         # The tokenizers' tables loaded since the start's freeze: frozen too, as when the warm-up came
         # first. Only what is not yet frozen is walked, so this collection is short.
         freeze_startup_objects()

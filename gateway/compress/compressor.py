@@ -105,13 +105,14 @@ def needs_router(config: GatewayConfig) -> bool:
 
 
 # What the pool's fork server imports once (``Workers.start``'s ``preload``): the module that loads what
-# every worker's warm-up does, and LiteLLM for the auto router.
+# every worker's warm-up does, and, for the auto router, LiteLLM with what its first call loads.
 PRELOAD = ("gateway.compress.preload",)
+ROUTER_PRELOAD = "gateway.compress.preload_router"
 
 
 async def start_pool(workers: Workers, *, with_router: bool) -> None:
     """Start ``workers`` and warm each as compression needs it (``Compressor.start`` does this too)."""
-    await workers.start(_warm_up, with_router, preload=(*PRELOAD, "litellm") if with_router else PRELOAD)
+    await workers.start(_warm_up, with_router, preload=(*PRELOAD, ROUTER_PRELOAD) if with_router else PRELOAD)
 
 
 class Compressor:

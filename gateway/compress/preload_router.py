@@ -1,0 +1,7 @@
+"""Imported by the compression pool's fork server (``gateway.run.workers``) when a model asks the auto
+router: LiteLLM and what its first call imports (``gateway.upstream.warm``), so each worker forked
+after asks its first routing question with all of it loaded."""
+
+from gateway.upstream.warm import first_call
+
+first_call()
