@@ -15,15 +15,17 @@ from gateway.compress.compressor import START_SUFFIX, TEST_HOLD_ENV, _warm_up
 from gateway.run.workers import Workers
 
 
-def _spawned_children() -> set[int]:
-    """This process's children that multiprocessing spawned (its workers; not the resource tracker)."""
+def _children(pid: int) -> set[int]:
     found: set[int] = set()
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-            if b"spawn_main" in cmdline:
-                found.add(int(child))
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found |= {int(child) for child in (task / "children").read_text().split()}
     return found
+
+
+def _spawned_children() -> set[int]:
+    """This process's workers: the children of its fork server (not the resource tracker)."""
+    servers = [c for c in _children(os.getpid()) if b"forkserver" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    return {worker for server in servers for worker in _children(server)}
 
 
 def _alive(pid: int) -> bool:
