@@ -149,14 +149,17 @@ class GatewayState:
         return not self.started or (self._starting is not None and not self._starting.done())
 
     async def _warm(self, compressor: Compressor, *, with_router: bool) -> None:
+        # What LiteLLM's first call imports, before readiness rather than on the first request: in a
+        # thread, beside the pool's warm-up (its fork server's imports take longer).
+        first_call = asyncio.ensure_future(asyncio.to_thread(warm.first_call))
         try:
             await compressor.start(with_router=with_router)
         except Exception as exc:  # readiness says so; the process stays up to answer liveliness
             self.failure = f"compression: {type(exc).__name__}: {exc}"
             log.error("warming the compression pool failed: %s", exc)
             return
-        # What LiteLLM's first call imports, before readiness rather than on the first request.
-        await asyncio.to_thread(warm.first_call)
+        finally:
+            await first_call
         # The tokenizers' tables loaded since the start's freeze: frozen too, as when the warm-up came
         # first. Only what is not yet frozen is walked, so this collection is short.
         freeze_startup_objects()
