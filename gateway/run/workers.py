@@ -69,13 +69,8 @@ class _Worker:
     owners: set[asyncio.Task[Any]] = field(default_factory=set)
 
     def alive(self) -> bool:
-        if self.pid is None:
-            return True
-        try:
-            os.kill(self.pid, 0)  # the executor reaps a dead worker at once, so the pid disappears
-        except ProcessLookupError:
-            return False
-        return True
+        # the executor reaps a dead worker at once, so the pid disappears
+        return self.pid is None or _alive(self.pid)
 
 
 class Workers:
