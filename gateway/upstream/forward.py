@@ -306,8 +306,9 @@ def _unread_answer(causes: list[BaseException]) -> GatewayError | None:
     (Anthropic's ``Unable to get json response``, or the repr of an ``error`` the body held) and
     wraps it in an ``APIConnectionError`` with no network failure behind it: a 2xx status is what
     tells it from a bug of the gateway's, which never carries one."""
-    unread = next((c for c in causes if isinstance(c, BaseLLMException) and 200 <= c.status_code < 300
-                   and not c.status_code_is_synthesized), None)
+    # A provider may set the body's error code as the status (``"server_error"``): only an int is one.
+    unread = next((c for c in causes if isinstance(c, BaseLLMException) and isinstance(c.status_code, int)
+                   and 200 <= c.status_code < 300 and not c.status_code_is_synthesized), None)
     if unread is None:
         return None
     if any(isinstance(c, json.JSONDecodeError) for c in causes):  # the body was no JSON
