@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import gc
 import logging
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -42,6 +44,9 @@ from gateway.stats.opening import Stats, open_stats
 from gateway.ui import routes as ui_routes
 from gateway.upstream import patches, redaction, responses_relay, warm
 
+if TYPE_CHECKING:
+    from gateway.local.managed import EarlyServers
+
 log = logging.getLogger("gateway.app")
 
 router = APIRouter()
@@ -52,9 +57,11 @@ NO_TELEMETRY = {"tracing": False, "metrics": False, "logs": False, "operation_sp
 class GatewayState:
     """Everything a request needs, built once per app; services start in the lifespan."""
 
-    def __init__(self, config: GatewayConfig, host: str, workers: Workers | None = None) -> None:
+    def __init__(self, config: GatewayConfig, host: str, workers: Workers | None = None,
+                 managed: EarlyServers | None = None) -> None:
         self.config = config
         self._early = workers  # a pool the CLI made and started early (gateway.starting); used once
+        self._early_managed = managed  # model servers the CLI launched early, likewise; used once
         self.loopback_only = exposure.is_loopback(host)  # then Host must name loopback too
         self.metrics = Metrics()
         self.chat: ChatService | None = None
@@ -94,6 +101,8 @@ class GatewayState:
         except Exception:
             if self._early is not None:  # the CLI's pool, still warming: the failed start must not wait
                 self._early.close()
+            if self._early_managed is not None:  # and its model servers, launched early
+                await self._early_managed.stop()
             raise
         workers, self._early = self._early or pool_for(self.config), None  # a pool per lifespan
         workers.metrics = self.metrics
@@ -103,13 +112,16 @@ class GatewayState:
         self.metrics.stats = self.stats.recorder.add
         self.metrics.workers_live.set_function(workers.live)  # read at each scrape
         auto = needs_router(self.config)
-        self.managed = self._managed_servers()
+        early, self._early_managed = self._early_managed, None
+        self.managed = early.servers if early else self._managed_servers()
+        for name, server in self.managed.items():
+            server.on_restart = self.metrics.managed_restarts.labels(name).inc
         self.chat.managed = self.managed
         # The pool, and models, warm in the background (workers import MixPR for seconds): liveliness
         # answers at once, readiness once they are warm, and a request that comes sooner waits for the
         # first warm worker (issue 59).
         self._warming = asyncio.create_task(self._warm(compressor, with_router=auto))
-        self._starting = asyncio.create_task(self._start_managed())
+        self._starting = asyncio.create_task(self._start_managed(early.started if early else None))
         freeze_startup_objects()
         self.started = True
         try:
@@ -128,20 +140,9 @@ class GatewayState:
 
     def _managed_servers(self) -> dict[str, Any]:
         """One ``ManagedServer`` per model with a ``managed_server`` block; bad settings fail start-up."""
-        entries = [m for m in self.config.model_list if m.managed_server]
-        if not entries:
+        if not any(m.managed_server for m in self.config.model_list):
             return {}
-        try:
-            from gateway.local.managed import ManagedServer
-        except ImportError as exc:
-            raise RuntimeError(
-                f"model {entries[0].model_name!r} has a managed_server, but gateway.local.managed "
-                f"cannot be imported ({exc})"
-            ) from exc
-        restarts = self.metrics.managed_restarts
-        return {entry.model_name: ManagedServer(entry.managed_server,
-                                                on_restart=restarts.labels(entry.model_name).inc)
-                for entry in entries}
+        return _managed_module().servers_for(self.config.model_list)
 
     @property
     def starting(self) -> bool:
@@ -164,14 +165,14 @@ class GatewayState:
         # first. Only what is not yet frozen is walked, so this collection is short.
         freeze_startup_objects()
 
-    async def _start_managed(self) -> None:
-        for server in self.managed.values():
-            try:
-                await server.start()
-            except Exception as exc:
-                self.failure = f"{type(exc).__name__}: {exc}"
-                log.error("managed model server failed to start: %s", exc)
-                return
+    async def _start_managed(self, started: concurrent.futures.Future[str | None] | None) -> None:
+        """Start the managed servers, or wait for the start the CLI began early (``started``)."""
+        if not self.managed:
+            return
+        starting = asyncio.wrap_future(started) if started else _managed_module().start_all(self.managed)
+        failure = await starting
+        if failure is not None:
+            self.failure = failure
 
     async def _stop_managed(self) -> None:
         for server in reversed(list(self.managed.values())):
@@ -179,6 +180,16 @@ class GatewayState:
                 await server.stop()
             except Exception:  # keep stopping the others; the error is logged, not fatal at shutdown
                 log.exception("stopping a managed server failed")
+
+
+def _managed_module() -> ModuleType:
+    """``gateway.local.managed``, imported when a model has a ``managed_server`` block."""
+    try:
+        from gateway.local import managed
+    except ImportError as exc:
+        raise RuntimeError(f"a model has a managed_server, but gateway.local.managed cannot be imported "
+                           f"({exc})") from exc
+    return managed
 
 
 def _open_stats(general: GeneralSettings) -> Stats:
@@ -212,15 +223,17 @@ def _warn_unhonoured(config: GatewayConfig) -> None:
                         "translation: %s", entry.model_name, why)
 
 
-def create_app(config: GatewayConfig, *, host: str = "127.0.0.1", workers: Workers | None = None) -> FastAPI:
+def create_app(config: GatewayConfig, *, host: str = "127.0.0.1", workers: Workers | None = None,
+               managed: EarlyServers | None = None) -> FastAPI:
     """The gateway for ``config``, to be served on ``host``; start it with any ASGI server
     (``mixpr-gateway`` uses uvicorn). Refuses a non-loopback ``host`` without a master key.
-    ``workers``: its compression pool, when already made (and maybe started) for ``config``."""
+    ``workers``: its compression pool, when already made (and maybe started) for ``config``;
+    ``managed``: its model servers, when already launched for ``config`` (``gateway.starting``)."""
     exposure.check_bind(config, host)
     patches.install()  # the gateway's own LiteLLM settings; the plug-in never installs them
     redaction.install(config)  # the operator's keys, hosts, model names and files, out of error texts
     _warn_unhonoured(config)
-    state = GatewayState(config, host, workers)
+    state = GatewayState(config, host, workers, managed)
     # FastAPI's own OpenTelemetry bridge looks its providers up on every request (and would record
     # exception messages, which can quote prompts); the gateway reports through /metrics.
     app = FastAPI(title="MixPR Gateway", lifespan=state.lifespan, docs_url=None, redoc_url=None,

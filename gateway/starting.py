@@ -147,19 +147,38 @@ async def _json(send: Send, status: int, body: dict[str, Any]) -> None:
 def build_app(config: Any, host: str, loop: asyncio.AbstractEventLoop) -> ASGIApp:
     """The gateway for ``config`` on ``host``: imported here, in the build's thread, not at start.
 
-    Its compression pool starts first, on the server's loop: the workers' imports (MixPR, scikit-learn,
-    the tokenizers) then run beside the gateway's own (LiteLLM) rather than after, on another core.
+    Its compression pool and its managed model servers start first, on the server's loop: the
+    workers' imports (MixPR, scikit-learn, the tokenizers) and the embedded model's load then run
+    beside the gateway's own imports (LiteLLM) rather than after, on another core.
     """
     from gateway.compress.compressor import needs_router, pool_for, start_pool
 
     workers = pool_for(config)
     asyncio.run_coroutine_threadsafe(start_pool(workers, with_router=needs_router(config)), loop)
-    from gateway.app import create_app
+    managed = _launch_managed(config, loop)
+    try:
+        from gateway.app import create_app
 
-    # Only the import, which is the cost, runs in this thread; create_app (about a millisecond) runs
-    # on the server's thread, where the gateway was always built.
-    made = asyncio.run_coroutine_threadsafe(_call(create_app, config, host=host, workers=workers), loop)
-    return made.result()
+        # Only the import, which is the cost, runs in this thread; create_app (about a millisecond)
+        # runs on the server's thread, where the gateway was always built.
+        made = asyncio.run_coroutine_threadsafe(
+            _call(create_app, config, host=host, workers=workers, managed=managed), loop)
+        return made.result()
+    except BaseException:
+        if managed is not None:  # no gateway will stop them: the start has failed
+            asyncio.run_coroutine_threadsafe(managed.stop(), loop).result()
+        raise
+
+
+def _launch_managed(config: Any, loop: asyncio.AbstractEventLoop) -> Any:
+    """The model servers ``config`` manages (``gateway.local.managed.EarlyServers``), launched on the
+    server's loop; None when it manages none."""
+    if not any(m.managed_server for m in config.model_list):
+        return None
+    from gateway.local.managed import EarlyServers, servers_for, start_all
+
+    servers = servers_for(config.model_list)
+    return EarlyServers(servers, asyncio.run_coroutine_threadsafe(start_all(servers), loop))
 
 
 async def _call(make: Callable[..., ASGIApp], *args: Any, **kwargs: Any) -> ASGIApp:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import importlib.util
 import logging
@@ -148,7 +149,7 @@ class ManagedServer:
         self._drain: asyncio.Task[None] | None = None
         self._tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
         self._ready = False
-        self._on_restart = on_restart
+        self.on_restart = on_restart  # called at each relaunch (the gateway counts them)
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         self._state = "not started"  # what `problem` reports while not ready
@@ -249,8 +250,8 @@ class ManagedServer:
             await self._discard_process()
             await asyncio.sleep(delay)
             self.restarts += 1
-            if self._on_restart is not None:
-                self._on_restart()
+            if self.on_restart is not None:
+                self.on_restart()
             try:
                 await self._launch(argv)
                 return attempt
@@ -337,3 +338,40 @@ class ManagedServer:
         if self._drain is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._drain), 1.0)
+
+
+class EarlyServers:
+    """Model servers launched before the gateway is built (``gateway.starting``), so they load their
+    model while the gateway imports: ``started`` is ``start_all``'s future on the server's loop.
+    (A plain class: tests load this module by path, where a dataclass cannot find its module.)"""
+
+    def __init__(self, servers: dict[str, ManagedServer],
+                 started: concurrent.futures.Future[str | None]) -> None:
+        self.servers = servers
+        self.started = started
+
+    async def stop(self) -> None:
+        """Stop them all, a start still under way included (cancelling a start stops its server): for a
+        gateway that failed to start before it took them over."""
+        self.started.cancel()
+        await asyncio.wait([asyncio.wrap_future(self.started)])
+        for server in self.servers.values():
+            await server.stop()
+
+
+def servers_for(model_list: list[Any]) -> dict[str, ManagedServer]:
+    """One ``ManagedServer`` per model with a ``managed_server`` block, by model name; bad settings
+    raise (``ManagedServerError``)."""
+    return {entry.model_name: ManagedServer(entry.managed_server)
+            for entry in model_list if entry.managed_server}
+
+
+async def start_all(servers: Mapping[str, ManagedServer]) -> str | None:
+    """Start each server in turn; why the first that failed did (None when all answer)."""
+    for server in servers.values():
+        try:
+            await server.start()
+        except Exception as exc:
+            logger.error("managed model server failed to start: %s", exc)
+            return f"{type(exc).__name__}: {exc}"
+    return None

@@ -461,6 +461,55 @@ def test_the_gateway_answers_503_while_its_model_restarts(fake_llama, model_file
     assert not port_open(port)
 
 
+def test_the_cli_launches_its_model_server_while_the_gateway_still_imports(fake_llama, model_file, tmp_path,
+                                                                         monkeypatch):
+    """``mixpr-gateway`` launches the embedded model's server before the gateway's own import (LiteLLM,
+    seconds) ends, so the model loads beside it and ``make run`` answers sooner (issue 59). Its own
+    process: the test is about what the CLI does as it starts."""
+    launches = tmp_path / "launches"
+    monkeypatch.setenv("FAKE_LLAMA_LAUNCHES", str(launches))
+    port = free_port()
+    config = tmp_path / "config.yaml"
+    config.write_text(json.dumps({
+        "model_list": [{"model_name": "local",
+                        "litellm_params": {"model": "openai/local", "api_key": "none",
+                                           "api_base": f"http://127.0.0.1:{port}/v1"},
+                        "managed_server": {"model_path": str(model_file), "port": port}}],
+        "mixpr_settings": {"router": "heuristic"},
+        "general_settings": {"compression_executor": "thread"},
+    }))
+    gateway_port = free_port()
+    process = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(config), "--port",
+                                str(gateway_port)], cwd=Path(__file__).resolve().parents[3],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    loading = None  # the last moment readiness still said the gateway was importing
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{gateway_port}", timeout=5) as http:
+            deadline = time.monotonic() + 120
+            while True:
+                assert time.monotonic() < deadline and process.poll() is None, "the gateway did not start"
+                try:
+                    ready = http.get("/health/readiness")
+                except httpx.TransportError:
+                    time.sleep(0.02)
+                    continue
+                if "gateway: loading" not in ready.text:
+                    break
+                loading = time.monotonic()
+                time.sleep(0.02)
+            assert loading is not None, "readiness never said the gateway was loading"
+            [launched] = [float(t) for t in launches.read_text().split()]
+            assert launched < loading  # launched while the gateway still imported, not after
+            _wait(lambda: http.get("/health/readiness").status_code == 200, timeout=60)
+            chat = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
+            answer = http.post("/v1/chat/completions", json=chat).json()
+            assert answer["choices"][0]["message"]["content"] == "local says hi"
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert not port_open(port)
+
+
 def _wait(condition, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
