@@ -1,11 +1,11 @@
-"""The test run's schedule (conftest.py): the long files it names exist, so none silently goes back to
+"""The test run's schedule (tests/scheduling.py): the long files it names exist, so none silently goes back to
 running last after a rename."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import LONG_FIRST
+from tests.scheduling import LONG_FIRST
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,5 @@
-"""Scheduling of the test run (``make test``: pytest-xdist, ``--dist loadfile --no-loadscope-reorder``).
+"""Scheduling of the test run: a pytest plug-in ``make test`` loads (``-p tests.scheduling``, with
+pytest-xdist's ``--dist loadfile --no-loadscope-reorder``).
 
 Each file runs on one worker, and workers take files in collection order. The files below take tens of
 seconds each on the 2-core machine (the processes they start: gateways, LiteLLM's proxy, the embedded
