@@ -133,9 +133,12 @@ def test_evidence_in_tool_call_arguments_counts_as_received() -> None:
 
 def test_a_gateway_setting_over_http_counts_its_errors(data: Path, tmp_path: Path) -> None:
     # A window smaller than the system prompt and the calls, which are never compressed: the gateway
-    # must refuse, and the table must count it.
+    # must refuse, and the table must count it. It runs as --jobs (default 2) runs a gateway setting,
+    # in a process of its own (one: it is the only gateway setting of the call); the defaults, its
+    # contrast, here (--jobs 1), for a second process would import the gateway again (issue 59).
     tiny = json.dumps({"model_info": {"max_input_tokens": 64}})
-    by = _main(data, tmp_path, "--settings", "none,defaults,tiny", "--set", f"tiny={tiny}")
+    by = _main(data, tmp_path, "--settings", "none,tiny", "--set", f"tiny={tiny}")
+    by |= _main(data, tmp_path / "defaults", "--settings", "defaults", "--jobs", "1")
     assert by["defaults"]["errors"] == 0 and by["defaults"]["invalid"] == 0
     assert by["defaults"]["evidence"] == 1.0  # the run is short: passed through whole
     assert by["tiny"]["errors"] == by["tiny"]["steps"]

@@ -1,9 +1,11 @@
 """Multi-turn requests are the concatenation of their messages' forms, over real HTTP.
 
-Two gateway processes (``python -m gateway``) in front of the session's recording upstream. The
-conversations are coding-agent loops (a task, then tool calls whose results are long file views: this
-repository's own source, numbered like ``cat -n``) on every API, and a long document pasted in the
-first message, then one question per turn.
+Two gateways on one config in front of the session's recording upstream: one in this process
+(``ServerThread``), and a ``python -m gateway`` process, the instance that never saw a conversation (a
+process of its own: nothing this one computed can reach it). The conversations are coding-agent loops
+(a task, then tool calls whose results are long file views: this repository's own source, numbered
+like ``cat -n``) on every API, and a long document pasted in the first message, then one question per
+turn.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ import openai
 import pytest
 import yaml
 from agent_loops import FILES, TASK, chat_loop, view
-from conftest import MASTER_KEY
+from conftest import MASTER_KEY, ServerThread
 from corpus import SENTENCES
 from fake_upstream import CACHED_TOKENS, REPLY_TEXT, FakeUpstream
 from processes import GatewayProcess
 
+from gateway import create_app
 from gateway.compress import messages as shape
+from gateway.config import parse_config
 from gateway.conversation import checks
 from gateway.conversation.evidence import CLOSE, OPEN
 
@@ -101,14 +105,20 @@ def _config(upstream_url: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def gateways(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """The warm instance (in this process: it shares the imports, no process to start) and the cold one,
+    a fresh process on the same config (issue 59: one gateway process, not two)."""
+    raw = _config(upstream.base_url)
     config = tmp_path_factory.mktemp("forms") / "config.yaml"
-    config.write_text(yaml.safe_dump(_config(upstream.base_url)))
-    started = [GatewayProcess(config), GatewayProcess(config)]
+    config.write_text(yaml.safe_dump(raw))
+    cold = GatewayProcess(config)  # it starts while the warm one is built
     try:
-        yield [g.wait().url for g in started]
+        warm = ServerThread(create_app(parse_config(raw))).start()
+        try:
+            yield [warm.url, cold.wait().url]
+        finally:
+            warm.stop()
     finally:
-        for gateway in started:
-            gateway.stop()
+        cold.stop()
 
 
 # -- conversations ---------------------------------------------------------------------------------
@@ -144,8 +154,8 @@ def _metric(url: str, name: str, model: str) -> float:
 
 
 def test_a_cold_process_sends_the_bytes_a_warm_one_sends(gateways: list[str], upstream: FakeUpstream) -> None:
-    """No sticky sessions: process B, which never saw the conversation, sends byte for byte what A
-    (which saw every earlier step, and cached their forms) sends."""
+    """No sticky sessions: process B, which never saw the conversation, sends byte for byte what
+    instance A (which saw every earlier step, and cached their forms) sends."""
     warm, cold = gateways
     loop = chat_loop(5)
     for messages in loop[:-1]:

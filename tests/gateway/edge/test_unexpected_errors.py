@@ -95,8 +95,11 @@ def start(folder: Path, upstream: FakeUpstream, log_level: str) -> Gateway:
                                                       "api_key": "sk-up"}}
               for name in ("bug", "bug-midstream")]
     config = folder / "config.json"  # JSON is YAML
+    # No request here is compressed: MixPR in threads, so no fork server and worker start beside the
+    # gateway (about 1.4 CPU-s a process, issue 59).
     config.write_text(json.dumps({"model_list": models, "mixpr_settings": {"router": "heuristic"},
-                                  "general_settings": {"compression_workers": 1}}))
+                                  "general_settings": {"compression_workers": 1,
+                                                       "compression_executor": "thread"}}))
     port = closed_port()
     log = folder / "stderr.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
