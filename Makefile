@@ -42,15 +42,13 @@ run: $(VENV)/.installed-local
 # --dist loadfile: a file's tests run on one worker, so a process or server its module-scoped fixtures
 # start (a gateway, the LiteLLM proxy, the embedded model, an npm install) starts once, not once per
 # worker. (No xdist_group marks: loadfile ignores them. The agent-CLI installs lock their folders,
-# tests/gateway/npm_clis.py.) --no-loadscope-reorder: files go to workers in collection order, the
-# longest first (tests/scheduling.py), not the files with most tests first. --durations=15 prints the slowest.
+# tests/gateway/npm_clis.py.) --durations=15 prints the slowest tests.
 TEST_WORKERS ?= 3
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
-	$(BIN)/python -m pytest -p tests.scheduling -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
-		--durations=15
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The multi-turn path's property tests (tests/gateway/conversation/test_properties.py), the library's fuzz
 # (tests/mixpr/test_fuzz.py: mixpr.compress and both integrations, budgets 1-500) and the redaction
