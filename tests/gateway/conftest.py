@@ -98,8 +98,10 @@ def gateway_config(base: str, *, auto_router: bool = False) -> dict[str, Any]:
             model("unreachable", "x", f"http://127.0.0.1:{closed_port()}/v1"),
         ],
         "mixpr_settings": {"router": "heuristic", "budget_tokens": 4000},
+        # 120 s, not 30: a first compression that also asks the auto router (its worker's fork server
+        # importing LiteLLM) took longer than 30 s on a 2-core machine running the whole suite.
         "general_settings": {"master_key": MASTER_KEY, "max_body_bytes": MAX_BODY_BYTES,
-                             "compression_workers": 1},
+                             "compression_workers": 1, "compression_timeout_s": 120},
     }
 
 
