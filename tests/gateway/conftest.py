@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -22,8 +24,11 @@ from gateway.config import parse_config
 from tests.ports import free_port as closed_port  # the suite's one port helper, by its old name here
 
 # A gateway without a master key keeps its install's secret under the state dir: the tests' own,
-# never the user's (gateway subprocesses inherit it).
-os.environ.setdefault("MIXPR_STATE_DIR", tempfile.mkdtemp(prefix="mixpr-test-state-"))
+# never the user's (gateway subprocesses inherit it). The process that made it removes it as it exits:
+# each run left one folder per pytest worker in /tmp.
+if "MIXPR_STATE_DIR" not in os.environ:
+    os.environ["MIXPR_STATE_DIR"] = _STATE_DIR = tempfile.mkdtemp(prefix="mixpr-test-state-")
+    atexit.register(shutil.rmtree, _STATE_DIR, ignore_errors=True)
 
 MASTER_KEY = "sk-gateway-test"
 UPSTREAM_KEY = "sk-upstream-secret"
