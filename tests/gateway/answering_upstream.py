@@ -55,18 +55,7 @@ class AnsweringUpstream:
         return self
 
     def stop(self) -> None:
-        """Close the server and its open connections on its own loop, then stop it. A connection's task
-        left pending was closed later by the garbage collector, on a closed loop, and its unraisable
-        error failed whichever test of the xdist worker was running then."""
-        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    async def _close(self) -> None:
-        self.server.close()
-        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        stop_serving(self.server, self.loop)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -87,3 +76,19 @@ class AnsweringUpstream:
             pass
         finally:
             writer.close()
+
+
+def stop_serving(server: asyncio.Server, loop: asyncio.AbstractEventLoop) -> None:
+    """Close ``server`` and its open connections on ``loop`` (run in its own thread), then stop the loop.
+    A connection's task left pending was closed later by the garbage collector, on a closed loop, and
+    its unraisable error ("never awaited") failed whichever test of the xdist worker was running then."""
+    asyncio.run_coroutine_threadsafe(_close(server), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+
+
+async def _close(server: asyncio.Server) -> None:
+    server.close()
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

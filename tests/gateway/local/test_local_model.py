@@ -424,15 +424,20 @@ async def test_stopping_never_restarts(fake_llama, model_file, tmp_path, monkeyp
     assert not port_open(server.port)
 
 
-def test_the_gateway_answers_503_while_its_model_restarts(fake_llama, model_file):
-    config = parse_config({
+def local_config(model_file: Path, port: int) -> dict[str, object]:
+    """A gateway whose one model, ``local``, is the fake server it manages on ``port``."""
+    return {
         "model_list": [{"model_name": "local",
                         "litellm_params": {"model": "openai/local", "api_key": "none",
-                                           "api_base": f"http://127.0.0.1:{(port := free_port())}/v1"},
+                                           "api_base": f"http://127.0.0.1:{port}/v1"},
                         "managed_server": {"model_path": str(model_file), "port": port}}],
         "mixpr_settings": {"router": "heuristic"},
         "general_settings": {"compression_executor": "thread"},
-    })
+    }
+
+
+def test_the_gateway_answers_503_while_its_model_restarts(fake_llama, model_file):
+    config = parse_config(local_config(model_file, port := free_port()))
     app = create_app(config)
     gateway = ServerThread(app).start()
     chat = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
@@ -470,14 +475,7 @@ def test_the_cli_launches_its_model_server_while_the_gateway_still_imports(fake_
     monkeypatch.setenv("FAKE_LLAMA_LAUNCHES", str(launches))
     port = free_port()
     config = tmp_path / "config.yaml"
-    config.write_text(json.dumps({
-        "model_list": [{"model_name": "local",
-                        "litellm_params": {"model": "openai/local", "api_key": "none",
-                                           "api_base": f"http://127.0.0.1:{port}/v1"},
-                        "managed_server": {"model_path": str(model_file), "port": port}}],
-        "mixpr_settings": {"router": "heuristic"},
-        "general_settings": {"compression_executor": "thread"},
-    }))
+    config.write_text(json.dumps(local_config(model_file, port)))
     gateway_port = free_port()
     process = subprocess.Popen([sys.executable, "-m", "gateway", "--config", str(config), "--port",
                                 str(gateway_port)], cwd=Path(__file__).resolve().parents[3],

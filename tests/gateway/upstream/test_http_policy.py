@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from answering_upstream import stop_serving
 from conftest import MASTER_KEY, closed_port
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -99,17 +100,7 @@ class ForwardProxy:
         threading.Thread(target=self.loop.run_forever, daemon=True).start()
 
     def stop(self) -> None:
-        # Its tunnels are ended on its loop first: a pipe left pending when the loop stops is collected
-        # later, "never awaited", in whatever test runs then (the warning filter makes that an error).
-        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(timeout=10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-
-    async def _close(self) -> None:
-        self.server.close()
-        tunnels = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
-        for task in tunnels:
-            task.cancel()
-        await asyncio.gather(*tunnels, return_exceptions=True)
+        stop_serving(self.server, self.loop)  # its tunnels ended first
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
