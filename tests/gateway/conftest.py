@@ -119,7 +119,10 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="session")
 def gateway_app(upstream: FakeUpstream) -> Any:
-    return create_app(parse_config(gateway_config(upstream.base_url, auto_router=True)))
+    """The shared gateway, its MixPR in worker processes; without the auto router, whose LiteLLM each
+    pytest worker's fork server would import (5 CPU-s each) for the two tests that ask it
+    (``test_gateway_compression``'s ``routed_client`` starts their gateway)."""
+    return create_app(parse_config(gateway_config(upstream.base_url)))
 
 
 @pytest.fixture(scope="session")

@@ -5,19 +5,32 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import math
+from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
-from conftest import MASTER_KEY, SMALL_WINDOW
+from conftest import MASTER_KEY, SMALL_WINDOW, ServerThread, gateway_config
 from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import REPLY_TEXT, FakeUpstream
 
+from gateway.app import create_app
 from gateway.compress import conversation
+from gateway.config import parse_config
 from gateway.core.model_tokens import DEFAULT_MARGIN
 from mixpr.tokens import count_tokens
 
 SYSTEM = "You answer questions about the document the user sends."
+
+
+@pytest.fixture(scope="module")
+def routed_client(upstream: FakeUpstream) -> Iterator[openai.OpenAI]:
+    """A gateway with ``small-auto``, whose auto router its worker processes ask through LiteLLM."""
+    app = create_app(parse_config(gateway_config(upstream.base_url, auto_router=True)))
+    server = ServerThread(app).start()
+    with openai.OpenAI(base_url=server.url + "/v1", api_key=MASTER_KEY, max_retries=0, timeout=120) as c:
+        yield c
+    server.stop()
 
 
 def _long_messages(seed: int = 0, needle: str = NEEDLE, question: str = QUESTION) -> list[dict]:
@@ -98,11 +111,11 @@ def test_conversation_keeps_roles_places_and_parts(client: openai.OpenAI, upstre
     assert sent["max_tokens"] == 200
 
 
-def test_router_is_asked_once_per_content(client: openai.OpenAI, upstream: FakeUpstream) -> None:
+def test_router_is_asked_once_per_content(routed_client: openai.OpenAI, upstream: FakeUpstream) -> None:
     upstream.clear()
     messages = _long_messages(seed=4, question="Where is the lighthouse vault code written down?")
     for _ in range(2):
-        raw = client.chat.completions.with_raw_response.create(model="small-auto", messages=messages)
+        raw = routed_client.chat.completions.with_raw_response.create(model="small-auto", messages=messages)
         assert raw.headers["x-mixpr-route"] == "local"  # the fake upstream answers "n"
     router_calls = [r.json for r in upstream.received("small-auto") if r.is_router_call]
     assert len(router_calls) == 1
@@ -211,13 +224,13 @@ def test_empty_pieces_get_a_placeholder(client: openai.OpenAI, upstream: FakeUps
 
 
 def test_identical_requests_at_once_ask_the_router_once(
-    client: openai.OpenAI, upstream: FakeUpstream
+    routed_client: openai.OpenAI, upstream: FakeUpstream
 ) -> None:
     upstream.clear()
     messages = _long_messages(seed=9, question="Which harbour keeps the lighthouse vault code?")
 
     def send(_: int) -> str:
-        raw = client.chat.completions.with_raw_response.create(model="small-auto", messages=messages)
+        raw = routed_client.chat.completions.with_raw_response.create(model="small-auto", messages=messages)
         return raw.headers["x-mixpr-route"]
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:

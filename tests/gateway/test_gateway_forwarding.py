@@ -109,7 +109,7 @@ def test_stream_is_sse_ending_with_done(http: httpx.Client) -> None:
 
 def test_models_lists_configured_names(client: openai.OpenAI) -> None:
     names = [m.id for m in client.models.list()]
-    assert names[:3] == ["gpt-test", "small", "small-auto"]
+    assert names[:3] == ["gpt-test", "small", "rate-limited"]
 
 
 def test_health_endpoints(gateway_url: str) -> None:

@@ -123,7 +123,9 @@ def test_a_start_that_fails_behind_the_listening_server_exits_3_and_says_why(tmp
     config = tmp_path / "config.yaml"
     model = {"model_name": "m", "litellm_params": {"model": "openai/x"}}
     folder = {"stats_path": str(tmp_path)}  # a folder: no store opens there
-    config.write_text(yaml.safe_dump({"model_list": [model], "general_settings": folder}))
+    # The heuristic router: the auto router's fork server would import LiteLLM too (5 CPU-s) for nothing.
+    config.write_text(yaml.safe_dump({"model_list": [model], "general_settings": folder,
+                                      "mixpr_settings": {"router": "heuristic"}}))
     argv = [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(closed_port())]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=DEADLINE_S)
     assert done.returncode == 3
