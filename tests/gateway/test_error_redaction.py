@@ -29,8 +29,9 @@ def _config(base: str) -> dict[str, Any]:
 
     return {"model_list": [entry("private", PRIVATE, base), entry("leaky", "mode-leak-500", base, LEAK_KEY),
                            entry("elsewhere", "served-elsewhere", LEAK_BASE)],
-            # One worker: these answers are errors, and the second worker's start would cost seconds.
-            "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
+            # These answers are errors, nothing is compressed: MixPR in a thread, so no fork server
+            # imports it and LiteLLM (seconds of CPU).
+            "general_settings": {"master_key": MASTER_KEY, "compression_executor": "thread"}}
 
 
 @pytest.fixture(scope="module")

@@ -104,8 +104,10 @@ def gateway_config(upstream_base: str) -> dict[str, Any]:
         return {"model_name": name, "litellm_params": {"model": f"openai/{name}", "api_base": upstream_base},
                 "model_info": {"max_input_tokens": WINDOW},
                 "mixpr": {"budget_tokens": BUDGET, "router": "heuristic", **mixpr}}
+    # MixPR in a thread: the test is about the proxy and the plug-in, and a worker pool would cost a
+    # fork server's import, seconds of CPU, beside the two processes' own.
     return {"model_list": [entry("small"), entry("broken", method="no-such-method"), entry("claude-small")],
-            "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
+            "general_settings": {"master_key": MASTER_KEY, "compression_executor": "thread"}}
 
 
 @pytest.fixture(scope="module")

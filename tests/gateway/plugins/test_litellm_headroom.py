@@ -56,8 +56,10 @@ def _gateway_config(upstream: str) -> dict[str, Any]:
         return {"model_name": name, "model_info": {"max_input_tokens": window},
                 "litellm_params": {"model": f"openai/{name}", "api_base": upstream},
                 "mixpr": {"router": "heuristic", **mixpr}}
+    # MixPR in a thread: the test is about the proxy and the plug-in, and a worker pool would cost a
+    # fork server's import, seconds of CPU, beside the two processes' own.
     return {"model_list": [entry("agent", 200_000, prefix=FORMS), entry("small", 3000, budget_tokens=800)],
-            "general_settings": {"master_key": MASTER_KEY, "compression_workers": 1}}
+            "general_settings": {"master_key": MASTER_KEY, "compression_executor": "thread"}}
 
 
 @pytest.fixture(scope="module")
