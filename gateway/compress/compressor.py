@@ -377,15 +377,11 @@ def load_tables() -> None:
 
 def _warm_up(with_router: bool) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front. A worker
-    forked from a fork server that preloaded them (``PRELOAD``) finds them loaded, and makes LiteLLM's
-    first call again: what that call touches is the fork server's memory until this worker writes to
-    it (reference counts), a copy on the first routing question otherwise (5 ms of its 16 ms)."""
+    forked from a fork server that preloaded them (``PRELOAD``) finds them loaded."""
     _hold_for_tests(START_SUFFIX)
     load_tables()
     if with_router:
-        from gateway.upstream.warm import first_call
-
-        first_call()
+        import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
 
 
 def compress_job(
