@@ -49,7 +49,8 @@ def first_call() -> None:
     quiet = litellm.suppress_debug_info
     litellm.suppress_debug_info = True  # LiteLLM prints a help banner with every failure otherwise
     server = http.server.HTTPServer(("127.0.0.1", 0), _Answer)
-    serving = threading.Thread(target=server.serve_forever, name=SERVING, daemon=True)
+    # Polled every 10 ms: shutdown() waits for the next poll (0.5 s by default, 0.2 s more to readiness).
+    serving = threading.Thread(target=server.serve_forever, args=(0.01,), name=SERVING, daemon=True)
     serving.start()
     try:
         with contextlib.suppress(Exception):
