@@ -1,0 +1,64 @@
+"""LiteLLM's first call before readiness (``gateway.upstream.warm``): it goes all the way to an answer
+and back, over no network, and leaves nothing running (the compression pool's fork server forks after
+it: a thread or a listening socket left behind would be copied into every worker)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import litellm  # noqa: E402
+
+from gateway.upstream import warm  # noqa: E402
+
+
+def _refused(base: str) -> bool:
+    """Whether nothing listens any more at ``base`` (http://127.0.0.1:PORT/v1)."""
+    port = int(base.rsplit(":", 1)[1].split("/")[0])
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def _serving() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == warm.SERVING]
+
+
+def test_the_first_call_is_answered_on_loopback_and_leaves_no_thread_or_socket(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[Any] = []
+    bases: list[str] = []
+    completion = litellm.completion
+
+    def recording(**kwargs: Any) -> Any:
+        bases.append(kwargs["api_base"])
+        answers.append(completion(**kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(litellm, "completion", recording)
+    warm.first_call()
+    # An answer came back (the way back is what the first request after readiness paid for) ...
+    # (a server's: LiteLLM's own mock answers carry an id of their own and touch no client or socket).
+    assert [(a.id, a.choices[0].message.content) for a in answers] == [("warm-up", "y")]
+    # ... and the server that gave it is gone (LiteLLM's own logging thread is LiteLLM's business).
+    assert _serving() == []
+    assert [_refused(base) for base in bases] == [True]
+
+
+def test_a_failing_first_call_is_ignored_and_still_cleans_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(**kwargs: Any) -> Any:
+        raise litellm.APIConnectionError("no", llm_provider="openai", model=kwargs["model"])
+
+    monkeypatch.setattr(litellm, "completion", failing)
+    quiet = litellm.suppress_debug_info
+    warm.first_call()
+    assert _serving() == []
+    assert litellm.suppress_debug_info == quiet
