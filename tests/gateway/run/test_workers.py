@@ -26,6 +26,7 @@ from pool_control import (
     wait_for,
 )
 
+from gateway.compress.compressor import START_SUFFIX
 from gateway.run.workers import WORKER_NICENESS
 
 
@@ -56,11 +57,18 @@ def test_workers_run_nicer_than_the_event_loop(gateway: Gateway) -> None:
     assert os.getpriority(os.PRIO_PROCESS, pid) == min(19, mine + WORKER_NICENESS)
 
 
-def test_a_worker_killed_while_idle_is_replaced_and_readiness_says_so(gateway: Gateway) -> None:
+def test_a_worker_killed_while_idle_is_replaced_and_readiness_says_so(gateway: Gateway, hold: Path) -> None:
     [pid] = gateway.workers.pids()
     assert gateway.http.get("/health/readiness").json() == {"status": "ready"}
-    os.kill(pid, signal.SIGKILL)
-    down = wait_for(lambda: (r := gateway.http.get("/health/readiness")).status_code == 503 and r)
+    # The replacement's start is held: forked from a warm fork server it is ready in milliseconds, and
+    # readiness polled every 20 ms could miss its 503 (a CI run waited 240 s for it).
+    starting = Path(str(hold) + START_SUFFIX)
+    starting.touch()
+    try:
+        os.kill(pid, signal.SIGKILL)
+        down = wait_for(lambda: (r := gateway.http.get("/health/readiness")).status_code == 503 and r)
+    finally:
+        starting.unlink()
     assert down.json()["status"] == "unavailable"
     assert any("compression pool" in p and "worker died" in p for p in down.json()["problems"])
     wait_for(lambda: gateway.http.get("/health/readiness").status_code == 200)
