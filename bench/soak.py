@@ -71,12 +71,17 @@ def write_config(folder: Path, upstream: str, workers: int) -> Path:
 
 
 def compression_workers(gateway: psutil.Process) -> list[psutil.Process]:
-    """The gateway's spawned pool processes (not multiprocessing's resource tracker)."""
+    """The gateway's pool processes: spawned ones are its children; since the fork server (issue 59) they
+    are the fork server's children, which share its command line (not multiprocessing's resource
+    tracker, nor the fork server itself)."""
     found = []
     for child in gateway.children():
         try:
-            if "spawn_main" in " ".join(child.cmdline()):
+            command = " ".join(child.cmdline())
+            if "spawn_main" in command:
                 found.append(child)
+            elif "forkserver" in command:
+                found.extend(child.children())
         except psutil.NoSuchProcess:
             pass
     return found
