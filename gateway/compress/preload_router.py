@@ -5,3 +5,10 @@ after asks its first routing question with all of it loaded."""
 from gateway.upstream.warm import first_call
 
 first_call()
+
+
+def in_worker(models: tuple[str, ...]) -> None:
+    """The first call again, in a worker just forked (what it touches is the fork server's, and the
+    first touch of each page copies it), and one for each model the router asks (``models``), whose
+    own lookups (its price, its provider's settings) the first routing question paid for."""
+    first_call(models)

@@ -10,10 +10,13 @@ goes the whole way there and back; the server is gone before this returns.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import json
 import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 ANSWER = json.dumps({
     "id": "warm-up", "object": "chat.completion", "created": 0, "model": "warm-up",
@@ -23,6 +26,9 @@ ANSWER = json.dumps({
 
 
 SERVING = "warm-up answer"  # the server thread's name
+# One model in LiteLLM's price map and one not: an answer's cost takes another way for each, and the
+# first priced answer alone costs 6 ms more than the next (the requests' models are mostly priced).
+MODELS = ("openai/gpt-4o-mini", "openai/warm-up")
 
 
 class _Answer(http.server.BaseHTTPRequestHandler):
@@ -40,10 +46,10 @@ class _Answer(http.server.BaseHTTPRequestHandler):
         return None
 
 
-def first_call() -> None:
-    """One completion, answered on a loopback port: LiteLLM's lazy imports and the response's models
-    made now, on the way out and back; every failure ignored. No thread is left running (the compression
-    pool's fork server calls this before it forks)."""
+@contextlib.contextmanager
+def _answering() -> Iterator[str]:
+    """The ``api_base`` of a loopback server that answers every completion with ``ANSWER``; the server
+    is shut down and its thread joined on exit, LiteLLM's help banner kept quiet meanwhile."""
     import litellm
 
     quiet = litellm.suppress_debug_info
@@ -53,12 +59,42 @@ def first_call() -> None:
     serving = threading.Thread(target=server.serve_forever, args=(0.01,), name=SERVING, daemon=True)
     serving.start()
     try:
-        with contextlib.suppress(Exception):
-            litellm.completion(model="openai/warm-up", api_base=f"http://127.0.0.1:{server.server_port}/v1",
-                               api_key="warm-up", timeout=1, max_retries=0,
-                               messages=[{"role": "user", "content": "y"}])
+        yield f"http://127.0.0.1:{server.server_port}/v1"
     finally:
         litellm.suppress_debug_info = quiet
         server.shutdown()
         server.server_close()
         serving.join()
+
+
+def _call(base: str, model: str) -> dict[str, Any]:
+    return {"model": model, "api_base": base, "api_key": "warm-up", "timeout": 1, "max_retries": 0,
+            "messages": [{"role": "user", "content": "y"}]}
+
+
+def first_call(models: Sequence[str] = ()) -> None:
+    """One completion per model of ``MODELS`` and ``models``, answered on a loopback port: LiteLLM's
+    lazy imports and the response's models made now, on the way out and back; every failure ignored.
+    No thread is left running (the compression pool's fork server calls this before it forks)."""
+    import litellm
+
+    with _answering() as base:
+        for model in (*MODELS, *models):
+            with contextlib.suppress(Exception):
+                litellm.completion(**_call(base, model))
+
+
+async def first_async_call() -> None:
+    """``first_call`` for ``litellm.acompletion``, the way the gateway forwards: its async client, and
+    its async logging, are others (3 to 4 ms more on the first request). On the caller's loop, whose
+    client the requests then use; the server's start and stop in a thread."""
+    import litellm
+
+    answering = _answering()
+    base = await asyncio.to_thread(answering.__enter__)
+    try:
+        for model in MODELS:
+            with contextlib.suppress(Exception):
+                await litellm.acompletion(**_call(base, model))
+    finally:
+        await asyncio.to_thread(answering.__exit__, None, None, None)
