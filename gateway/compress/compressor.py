@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import importlib
 import json
 import logging
@@ -395,7 +396,12 @@ def _warm_up(with_router: bool, routers: tuple[str, ...] = ()) -> None:
     forked from a fork server that preloaded them (``PRELOAD``) finds them loaded, but the first use
     of each page of it copies that page (2,500 pages a routing question, hundreds a MixPR job: 8 to
     10 ms and 5 to 7 ms of the first request): one job and one question of each router's model
-    touch them now."""
+    touch them now.
+
+    What is loaded by then lives as long as the worker: frozen (``gc.freeze``), as the fork server
+    froze its own. Otherwise a full collection in a worker walks LiteLLM's and scikit-learn's objects,
+    about 270 ms in the middle of a job; this warm-up's allocations brought the first one due within
+    the first few requests."""
     _hold_for_tests(START_SUFFIX)
     load_tables()
     first_job()
@@ -403,6 +409,7 @@ def _warm_up(with_router: bool, routers: tuple[str, ...] = ()) -> None:
         # By name, as the fork server imports it: the plug-in, which imports this module, must not
         # reach the forwarding layer (pyproject's contracts).
         importlib.import_module(ROUTER_PRELOAD).in_worker(routers)
+    gc.freeze()
 
 
 def first_job() -> None:

@@ -2,9 +2,12 @@
 router: LiteLLM and what its first call imports (``gateway.upstream.warm``), so each worker forked
 after asks its first routing question with all of it loaded."""
 
+import gc
+
 from gateway.upstream.warm import first_call
 
 first_call()
+gc.freeze()  # LiteLLM too, as gateway.compress.preload freezes what it loads
 
 
 def in_worker(models: tuple[str, ...]) -> None:
