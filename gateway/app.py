@@ -162,7 +162,7 @@ class GatewayState:
         finally:
             await first_call
         # The gateway forwards with acompletion, whose client and logging are others: on this loop.
-        await warm.first_async_call()
+        await warm.first_async_call([entry.upstream_model for entry in self.config.model_list])
         # The tokenizers' tables loaded since the start's freeze: frozen too, as when the warm-up came
         # first. Only what is not yet frozen is walked, so this collection is short.
         freeze_startup_objects()

@@ -1,11 +1,16 @@
-"""LiteLLM's first call, made before any request needs it (issue 59).
+"""LiteLLM's first calls, made before any request needs them (issue 59).
 
 Importing LiteLLM loads most of it, but its first call imports more on the way (its proxy's types for
 the prompt templates, its logging's service types, the provider lookups, the HTTP transport) and builds
 more on the way back (the OpenAI client's response models, its logging and cost of an answer): 0.1 to
 0.5 s that the first request after readiness paid, in the gateway and in every compression worker that
-asks the auto router. One call to a server on a loopback port, which answers every completion at once,
-goes the whole way there and back; the server is gone before this returns.
+asks the auto router. Calls to a server on a loopback port, which answers every completion at once, go
+the whole way there and back; the server is gone before they return.
+
+Who calls what: the gateway ``first_call`` in a thread, then ``first_async_call`` on its loop (it
+forwards with ``acompletion``) with its configured models; the compression pool's fork server
+``first_call`` before it forks (``gateway.compress.preload_router``), and each worker again after, with
+the router's models (a forked worker copies each page the call touches, 8 to 10 ms the first time).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ SERVING = "warm-up answer"  # the server thread's name
 # One model in LiteLLM's price map and one not: an answer's cost takes another way for each, and the
 # first priced answer alone costs 6 ms more than the next (the requests' models are mostly priced).
 MODELS = ("openai/gpt-4o-mini", "openai/warm-up")
+MAX_OWN = 16  # of the configured models: a few milliseconds each, before readiness
 
 
 class _Answer(http.server.BaseHTTPRequestHandler):
@@ -73,18 +79,19 @@ def _call(base: str, model: str) -> dict[str, Any]:
 
 
 def first_call(models: Sequence[str] = ()) -> None:
-    """One completion per model of ``MODELS`` and ``models``, answered on a loopback port: LiteLLM's
-    lazy imports and the response's models made now, on the way out and back; every failure ignored.
-    No thread is left running (the compression pool's fork server calls this before it forks)."""
+    """One completion per model of ``MODELS`` and of ``models`` (``warmed``), answered on a loopback
+    port: LiteLLM's lazy imports and the response's models made now, on the way out and back; every
+    failure ignored. No thread is left running (the compression pool's fork server calls this before
+    it forks)."""
     import litellm
 
     with _answering() as base:
-        for model in (*MODELS, *models):
+        for model in warmed(models):
             with contextlib.suppress(Exception):
                 litellm.completion(**_call(base, model))
 
 
-async def first_async_call() -> None:
+async def first_async_call(models: Sequence[str] = ()) -> None:
     """``first_call`` for ``litellm.acompletion``, the way the gateway forwards: its async client, and
     its async logging, are others (3 to 4 ms more on the first request). On the caller's loop, whose
     client the requests then use; the server's start and stop in a thread."""
@@ -93,8 +100,26 @@ async def first_async_call() -> None:
     answering = _answering()
     base = await asyncio.to_thread(answering.__enter__)
     try:
-        for model in MODELS:
+        for model in warmed(models):
             with contextlib.suppress(Exception):
                 await litellm.acompletion(**_call(base, model))
     finally:
         await asyncio.to_thread(answering.__exit__, None, None, None)
+
+
+def warmed(models: Sequence[str]) -> list[str]:
+    """``MODELS``, then the first ``MAX_OWN`` of ``models`` that LiteLLM sends as OpenAI chat
+    completions (a model's own lookups, its price or the lack of one, cost its first request 1 to 3 ms).
+    Another provider's way out may look for credentials first (a cloud's metadata server, seconds
+    away), and would not take the loopback's answer anyway."""
+    import litellm
+
+    own = []
+    for model in dict.fromkeys(models):
+        try:
+            provider = litellm.get_llm_provider(model)[1]
+        except Exception:  # an unknown provider: nothing to warm
+            continue
+        if provider == "openai" and model not in MODELS and len(own) < MAX_OWN:
+            own.append(model)
+    return [*MODELS, *own]
