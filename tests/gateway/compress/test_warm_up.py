@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,6 +33,28 @@ async def test_a_worker_starts_with_what_start_up_loaded_frozen() -> None:
         workers.close()
     # Unfrozen, the worker's collector tracks about 140k objects after this warm-up (446k with LiteLLM).
     assert tracked < 10_000
+
+
+def test_the_fork_servers_preloads_freeze_what_they_load() -> None:
+    # Imported by the fork server before it forks: each worker inherits the frozen objects.
+    probe = ("import gc\n"
+             "def tracked(): return sum(len(gc.get_objects(g)) for g in range(3))\n"
+             "import gateway.compress.preload\n"
+             "first = tracked()\n"
+             "import gateway.compress.preload_router\n"
+             "print(first, tracked())\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}, check=True)
+    after_tables, after_litellm = map(int, done.stdout.split())
+    assert after_tables < 1_000  # 140k objects unfrozen
+    assert after_litellm < 1_000  # 300k more
+
+
+def test_the_warm_up_freezes_what_it_built(asked: list[tuple[str, str]]) -> None:
+    # What a worker's own warm-up left (and whatever it had before) is frozen too: tracked, a
+    # full collection in this process would walk pytest's objects and the suite's.
+    compressor._warm_up(False)
+    assert sum(len(gc.get_objects(generation)) for generation in range(3)) < 1_000
 
 
 @pytest.fixture
