@@ -111,8 +111,8 @@ def router_models(config: GatewayConfig) -> tuple[str, ...]:
     asked = set()
     for entry in config.model_list:
         settings = entry.settings(config.mixpr_settings)
-        router = config.model(settings.router_model or entry.model_name) if settings.router == "auto" else None
-        if router is not None:
+        router = config.model(settings.router_model or entry.model_name)
+        if settings.router == "auto" and router is not None:
             asked.add(router.upstream_model)
     return tuple(sorted(asked))
 
