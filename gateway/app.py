@@ -29,7 +29,7 @@ from gateway.api import (
     responses_compact,
 )
 from gateway.api.common import authorize, state
-from gateway.compress.compressor import Compressor, needs_router, pool_for
+from gateway.compress.compressor import Compressor, needs_router, pool_for, router_models
 from gateway.config import ConfigError, GatewayConfig, GeneralSettings
 from gateway.core.after_response import AfterResponse
 from gateway.core.chat import ChatService
@@ -154,13 +154,15 @@ class GatewayState:
         # thread, beside the pool's warm-up (its fork server's imports take longer).
         first_call = asyncio.ensure_future(asyncio.to_thread(warm.first_call))
         try:
-            await compressor.start(with_router=with_router)
+            await compressor.start(with_router=with_router, routers=router_models(self.config))
         except Exception as exc:  # readiness says so; the process stays up to answer liveliness
             self.failure = f"compression: {type(exc).__name__}: {exc}"
             log.error("warming the compression pool failed: %s", exc)
             return
         finally:
             await first_call
+        # The gateway forwards with acompletion, whose client and logging are others: on this loop.
+        await warm.first_async_call([entry.upstream_model for entry in self.config.model_list])
         # The tokenizers' tables loaded since the start's freeze: frozen too, as when the warm-up came
         # first. Only what is not yet frozen is walked, so this collection is short.
         freeze_startup_objects()

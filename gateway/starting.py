@@ -151,10 +151,11 @@ def build_app(config: Any, host: str, loop: asyncio.AbstractEventLoop) -> ASGIAp
     workers' imports (MixPR, scikit-learn, the tokenizers) and the embedded model's load then run
     beside the gateway's own imports (LiteLLM) rather than after, on another core.
     """
-    from gateway.compress.compressor import needs_router, pool_for, start_pool
+    from gateway.compress.compressor import needs_router, pool_for, router_models, start_pool
 
     workers = pool_for(config)
-    asyncio.run_coroutine_threadsafe(start_pool(workers, with_router=needs_router(config)), loop)
+    starting = start_pool(workers, with_router=needs_router(config), routers=router_models(config))
+    asyncio.run_coroutine_threadsafe(starting, loop)
     managed = _launch_managed(config, loop)
     try:
         from gateway.app import create_app

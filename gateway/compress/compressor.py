@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
+import importlib
 import json
 import logging
 import os
@@ -104,15 +106,28 @@ def needs_router(config: GatewayConfig) -> bool:
     return any(m.settings(config.mixpr_settings).router == "auto" for m in config.model_list)
 
 
+def router_models(config: GatewayConfig) -> tuple[str, ...]:
+    """The LiteLLM models (``litellm_params.model``) the auto router asks, for each worker's warm-up."""
+    asked = set()
+    for entry in config.model_list:
+        settings = entry.settings(config.mixpr_settings)
+        router = config.model(settings.router_model or entry.model_name)
+        if settings.router == "auto" and router is not None:
+            asked.add(router.upstream_model)
+    return tuple(sorted(asked))
+
+
 # What the pool's fork server imports once (``Workers.start``'s ``preload``): the module that loads what
 # every worker's warm-up does, and, for the auto router, LiteLLM with what its first call loads.
 PRELOAD = ("gateway.compress.preload",)
 ROUTER_PRELOAD = "gateway.compress.preload_router"
 
 
-async def start_pool(workers: Workers, *, with_router: bool) -> None:
-    """Start ``workers`` and warm each as compression needs it (``Compressor.start`` does this too)."""
-    await workers.start(_warm_up, with_router, preload=(*PRELOAD, ROUTER_PRELOAD) if with_router else PRELOAD)
+async def start_pool(workers: Workers, *, with_router: bool, routers: tuple[str, ...] = ()) -> None:
+    """Start ``workers`` and warm each as compression needs it (``Compressor.start`` does this too).
+    ``routers``: the LiteLLM models the router asks (``router_models``), each asked once on loopback."""
+    await workers.start(_warm_up, with_router, routers,
+                        preload=(*PRELOAD, ROUTER_PRELOAD) if with_router else PRELOAD)
 
 
 class Compressor:
@@ -127,10 +142,11 @@ class Compressor:
         self.metrics = metrics
         self.routes = RouteCache(route_cache_size)
 
-    async def start(self, *, with_router: bool) -> None:
+    async def start(self, *, with_router: bool, routers: tuple[str, ...] = ()) -> None:
         # Short texts are counted in this process too: loading a tokenizer takes a second or more,
         # which on the first request's loop would stall every other request.
-        await asyncio.gather(start_pool(self.workers, with_router=with_router), offload.run(_load_tokenizers))
+        await asyncio.gather(start_pool(self.workers, with_router=with_router, routers=routers),
+                             offload.run(_load_tokenizers))
 
     def close(self) -> None:
         self.workers.close()
@@ -375,13 +391,35 @@ def load_tables() -> None:
     mixpr.embedding.unit_rows(mixpr.embedding.embed(["warm up", "the worker"]))
 
 
-def _warm_up(with_router: bool) -> None:
+def _warm_up(with_router: bool, routers: tuple[str, ...] = ()) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front. A worker
-    forked from a fork server that preloaded them (``PRELOAD``) finds them loaded."""
+    forked from a fork server that preloaded them (``PRELOAD``) finds them loaded, but the first use
+    of each page of it copies that page (2,500 pages a routing question, hundreds a MixPR job: 8 to
+    10 ms and 5 to 7 ms of the first request): one job and one question of each router's model
+    touch them now.
+
+    What is loaded by then lives as long as the worker: frozen (``gc.freeze``), as the fork server
+    froze its own. Otherwise a full collection in a worker walks LiteLLM's and scikit-learn's objects,
+    about 270 ms in the middle of a job; this warm-up's allocations brought the first one due within
+    the first few requests."""
     _hold_for_tests(START_SUFFIX)
     load_tables()
+    first_job()
     if with_router:
-        import litellm  # noqa: F401  (a 4 s import, better at start than mid-request)
+        # By name, as the fork server imports it: the plug-in, which imports this module, must not
+        # reach the forwarding layer (pyproject's contracts).
+        importlib.import_module(ROUTER_PRELOAD).in_worker(routers)
+    gc.freeze()
+
+
+def first_job() -> None:
+    """A MixPR job of 100k characters, every stage of it (chunks, words' weights, the router's question
+    and its answer read, the graph, PageRank, the cut): its arrays' memory, freed, stays in the heap for
+    the first request's (a smaller one left 2 ms more of page faults in it)."""
+    clauses = " ".join(f"Clause {i}: the buyer pays the seller's invoice within {i + 10} days of delivery."
+                       for i in range(1200))
+    mixpr.engine.compress(f"{clauses}\n\nWhen is an invoice due?", budget_tokens=300, route="auto",
+                          ask_llm=lambda question: "", model="gpt-4o-mini")  # "": the heuristic decides
 
 
 def compress_job(

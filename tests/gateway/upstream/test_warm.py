@@ -45,12 +45,38 @@ def test_the_first_call_is_answered_on_loopback_and_leaves_no_thread_or_socket(
 
     monkeypatch.setattr(litellm, "completion", recording)
     warm.first_call()
-    # An answer came back (the way back is what the first request after readiness paid for) ...
-    # (a server's: LiteLLM's own mock answers carry an id of their own and touch no client or socket).
-    assert [(a.id, a.choices[0].message.content) for a in answers] == [("warm-up", "y")]
-    # ... and the server that gave it is gone (LiteLLM's own logging thread is LiteLLM's business).
+    # Answers came back, a priced model's and another's (the way back is what the first request after
+    # readiness paid for): a server's, for LiteLLM's own mock answers carry an id of their own and
+    # touch no client or socket ...
+    assert [(a.id, a.choices[0].message.content) for a in answers] == [("warm-up", "y")] * len(warm.MODELS)
+    # ... and the server that gave them is gone (LiteLLM's own logging thread is LiteLLM's business).
     assert _serving() == []
-    assert [_refused(base) for base in bases] == [True]
+    assert all(_refused(base) for base in bases)
+
+
+async def test_the_first_async_call_is_answered_for_each_configured_openai_model(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The gateway forwards with acompletion: another client and logging than completion's.
+    asked: list[tuple[str, str]] = []
+    answers: list[Any] = []
+    acompletion = litellm.acompletion
+
+    async def recording(**kwargs: Any) -> Any:
+        asked.append((kwargs["model"], kwargs["api_base"]))
+        answers.append(await acompletion(**kwargs))
+        return answers[-1]
+
+    monkeypatch.setattr(litellm, "acompletion", recording)
+    await warm.first_async_call(["openai/mine", "anthropic/claude-sonnet-4-5", "openai/mine"])
+    assert [model for model, _ in asked] == [*warm.MODELS, "openai/mine"]
+    assert [a.choices[0].message.content for a in answers] == ["y"] * len(asked)
+    assert _serving() == []
+    assert all(_refused(base) for _, base in asked)
+
+
+def test_the_configured_models_warmed_are_bounded() -> None:
+    many = [f"openai/model-{i}" for i in range(3 * warm.MAX_OWN)]
+    assert warm.warmed(many) == [*warm.MODELS, *many[:warm.MAX_OWN]]
 
 
 def test_a_failing_first_call_is_ignored_and_still_cleans_up(monkeypatch: pytest.MonkeyPatch) -> None:
