@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import http.server
 import json
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -85,7 +87,7 @@ def first_call(models: Sequence[str] = ()) -> None:
     it forks)."""
     import litellm
 
-    with _answering() as base:
+    with _unlogged(), _answering() as base:
         for model in warmed(models):
             with contextlib.suppress(Exception):
                 litellm.completion(**_call(base, model))
@@ -100,11 +102,35 @@ async def first_async_call(models: Sequence[str] = ()) -> None:
     answering = _answering()
     base = await asyncio.to_thread(answering.__enter__)
     try:
-        for model in warmed(models):
-            with contextlib.suppress(Exception):
-                await litellm.acompletion(**_call(base, model))
+        with _unlogged():  # in this task only: requests served meanwhile are logged as ever
+            for model in warmed(models):
+                with contextlib.suppress(Exception):
+                    await litellm.acompletion(**_call(base, model))
     finally:
         await asyncio.to_thread(answering.__exit__, None, None, None)
+
+
+class _WarmUpRecords(logging.Filter):
+    """Drops the LiteLLM logger's records of the warm-up's own calls ("LiteLLM completion() model=
+    warm-up"): an operator reading the start's log would look for requests nobody sent."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _WARMING.get()
+
+
+_WARMING: contextvars.ContextVar[bool] = contextvars.ContextVar("mixpr_warming_up", default=False)
+_FILTER = _WarmUpRecords()
+
+
+@contextlib.contextmanager
+def _unlogged() -> Iterator[None]:
+    """LiteLLM's records unlogged in this thread or task, while inside."""
+    logging.getLogger("LiteLLM").addFilter(_FILTER)  # once: a logger holds a filter once
+    token = _WARMING.set(True)
+    try:
+        yield
+    finally:
+        _WARMING.reset(token)
 
 
 def warmed(models: Sequence[str]) -> list[str]:

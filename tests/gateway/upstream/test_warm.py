@@ -4,6 +4,8 @@ it: a thread or a listening socket left behind would be copied into every worker
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import threading
@@ -88,3 +90,17 @@ def test_a_failing_first_call_is_ignored_and_still_cleans_up(monkeypatch: pytest
     warm.first_call()
     assert _serving() == []
     assert litellm.suppress_debug_info == quiet
+
+
+async def test_the_warm_up_calls_leave_no_litellm_record_and_other_calls_still_do(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # An operator reading the start's log would look for requests nobody sent.
+    caplog.set_level(logging.INFO, logger="LiteLLM")
+    warm.first_call(["openai/mine"])
+    await warm.first_async_call(["openai/mine"])
+    assert [r.getMessage() for r in caplog.records if r.name == "LiteLLM"] == []
+    with contextlib.suppress(Exception):  # nothing listens on port 9: the record comes before the call
+        litellm.completion(model="openai/mine", api_base="http://127.0.0.1:9/v1", api_key="x", timeout=1,
+                           max_retries=0, messages=[{"role": "user", "content": "y"}])
+    assert any("openai/mine" in r.getMessage() or "mine" in r.getMessage()
+               for r in caplog.records if r.name == "LiteLLM")
