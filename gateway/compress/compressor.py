@@ -103,7 +103,7 @@ def pool_for(config: GatewayConfig) -> Workers:
 
 def needs_router(config: GatewayConfig) -> bool:
     """Whether any model asks the auto router, whose LiteLLM the workers then import as they start."""
-    return any(m.settings(config.mixpr_settings).router == "auto" for m in config.model_list)
+    return bool(router_models(config))  # a config naming an unknown router model is refused on load
 
 
 def router_models(config: GatewayConfig) -> tuple[str, ...]:
@@ -394,9 +394,9 @@ def load_tables() -> None:
 def _warm_up(with_router: bool, routers: tuple[str, ...] = ()) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front. A worker
     forked from a fork server that preloaded them (``PRELOAD``) finds them loaded, but the first use
-    of each page of it copies that page (2,500 pages a routing question, hundreds a MixPR job: 8 to
-    10 ms and 5 to 7 ms of the first request): one job and one question of each router's model
-    touch them now.
+    of each page of it copies that page (2,500 pages a routing question, 13 ms against 5 ms after;
+    12 to 17 ms more for the first MixPR job): one job and one question of each router's model touch
+    them now, the first call again in this process (``gateway.upstream.warm``).
 
     What is loaded by then lives as long as the worker: frozen (``gc.freeze``), as the fork server
     froze its own. Otherwise a full collection in a worker walks LiteLLM's and scikit-learn's objects,
@@ -408,7 +408,7 @@ def _warm_up(with_router: bool, routers: tuple[str, ...] = ()) -> None:
     if with_router:
         # By name, as the fork server imports it: the plug-in, which imports this module, must not
         # reach the forwarding layer (pyproject's contracts).
-        importlib.import_module(ROUTER_PRELOAD).in_worker(routers)
+        importlib.import_module(ROUTER_PRELOAD).first_call(routers)
     gc.freeze()
 
 
