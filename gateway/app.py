@@ -120,7 +120,7 @@ class GatewayState:
         # The pool, and models, warm in the background (workers import MixPR for seconds): liveliness
         # answers at once, readiness once they are warm, and a request that comes sooner waits for the
         # first warm worker (issue 59).
-        self._warming = asyncio.create_task(self._warm(compressor, with_router=auto))
+        self._warming = asyncio.create_task(self._warm(app, compressor, with_router=auto))
         self._starting = asyncio.create_task(self._start_managed(early.started if early else None))
         freeze_startup_objects()
         self.started = True
@@ -149,7 +149,7 @@ class GatewayState:
         """True until every managed server has been started once (or one failed to)."""
         return not self.started or (self._starting is not None and not self._starting.done())
 
-    async def _warm(self, compressor: Compressor, *, with_router: bool) -> None:
+    async def _warm(self, app: FastAPI, compressor: Compressor, *, with_router: bool) -> None:
         # What LiteLLM's first call imports, before readiness rather than on the first request: in a
         # thread, beside the pool's warm-up (its fork server's imports take longer).
         first_call = asyncio.ensure_future(asyncio.to_thread(warm.first_call))
@@ -163,6 +163,7 @@ class GatewayState:
             await first_call
         # The gateway forwards with acompletion, whose client and logging are others: on this loop.
         await warm.first_async_call([entry.upstream_model for entry in self.config.model_list])
+        await asyncio.to_thread(_read_endpoints, app)
         # The tokenizers' tables loaded since the start's freeze: frozen too, as when the warm-up came
         # first. Only what is not yet frozen is walked, so this collection is short.
         freeze_startup_objects()
@@ -223,6 +224,17 @@ def _warn_unhonoured(config: GatewayConfig) -> None:
         if why:
             log.warning("model %s declares responses_api: true, but /v1/responses goes through LiteLLM's "
                         "translation: %s", entry.model_name, why)
+
+
+def _read_endpoints(app: FastAPI) -> None:
+    import fastapi.routing
+    from fastapi.routing import APIRoute
+    extract = getattr(fastapi.routing, "_extract_endpoint_context", None)
+    if extract is None:
+        return
+    for route in app.routes:
+        if isinstance(route, APIRoute):
+            extract(route.dependant.call)
 
 
 def create_app(config: GatewayConfig, *, host: str = "127.0.0.1", workers: Workers | None = None,
