@@ -77,7 +77,7 @@ def _answering() -> Iterator[str]:
 
 def _call(base: str, model: str) -> dict[str, Any]:
     return {"model": model, "api_base": base, "api_key": "warm-up", "timeout": 1, "max_retries": 0,
-            "messages": [{"role": "user", "content": "The warm-up — y. " * 4000}]}
+            "messages": [{"role": "user", "content": "y"}]}
 
 
 def first_call(models: Sequence[str] = ()) -> None:
