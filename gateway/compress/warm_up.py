@@ -5,9 +5,9 @@ A compression worker is forked from a fork server that did the loading (``preloa
 each page of that copies the page, and its first large allocations grow its heap; a real request's
 first job paid 15 ms for both (``compressor._warm_up``). The job here pays most of that instead, so
 the document it reads is written like the ones users send: sections under headings, numbered clauses,
-typographic quotes, dashes and symbols, figures. A smaller and plainer one (the same sentence 1,200
-times, ASCII only) left the first real job 4 to 5 ms and 480 page faults over the next ones; this one
-leaves 2 to 3 ms and 220, where the next ones take 40 (``bench/README.md``).
+typographic quotes, dashes and symbols, figures. A plainer one (one sentence 1,200 times, ASCII
+only) left a worker's first job over a real contract 4 to 5 ms slower than the next ones, and 480 page
+faults where the next take 40; this one leaves 2 to 3 ms and 250 (``bench/README.md``).
 """
 
 from __future__ import annotations
