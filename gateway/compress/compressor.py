@@ -145,7 +145,7 @@ class Compressor:
         # Short texts are counted in this process too: loading a tokenizer takes a second or more,
         # which on the first request's loop would stall every other request.
         await asyncio.gather(start_pool(self.workers, with_router=with_router, routers=routers),
-                             offload.run(warm_up.load_tokenizers))
+                             offload.run(warm_up.first_counts))
 
     def close(self) -> None:
         self.workers.close()

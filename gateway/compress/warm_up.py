@@ -45,11 +45,19 @@ def sample_document(clauses: int = CLAUSES) -> str:
 
 
 def load_tokenizers() -> None:
-    """Both bundled encodings, each over the whole sample: loading one takes a second, and its first
-    long text touches far more of its tables than a word does."""
+    """Both bundled encodings loaded (a second each from their files)."""
+    count_tokens("warm up", "gpt-4o-mini")  # o200k_base
+    count_tokens("warm up", None)  # cl100k_base, also the encoding of every model tiktoken does not know
+
+
+def first_counts() -> None:
+    """Both encodings loaded, then each over the whole sample: a first long text touches far more of an
+    encoding's tables than a word does. In the gateway's process, which counts prompts shorter than
+    200k characters itself, and in each worker; not in the fork server, whose pages a worker touches
+    again."""
     text = sample_document()
-    count_tokens(text, "gpt-4o-mini")  # o200k_base
-    count_tokens(text, None)  # cl100k_base, also the encoding of every model tiktoken does not know
+    count_tokens(text, "gpt-4o-mini")
+    count_tokens(text, None)
 
 
 def load_tables() -> None:
@@ -61,8 +69,9 @@ def load_tables() -> None:
 
 
 def first_job() -> None:
-    """A MixPR job over the sample, every stage of it (chunks, words' weights, the router's question and
-    its answer read, the graph, PageRank, the cut to a fifth): its arrays' memory, freed, stays in the
-    heap for the first request's."""
+    """The sample counted, then a MixPR job over it, every stage of it (chunks, words' weights, the
+    router's question and its answer read, the graph, PageRank, the cut to a fifth): its arrays'
+    memory, freed, stays in the heap for the first request's."""
+    first_counts()
     mixpr.engine.compress(f"{sample_document()}\n\n{QUESTION}", budget_tokens=10_000, route="auto",
                           ask_llm=lambda question: "", model=None)  # "": the heuristic decides
