@@ -54,7 +54,7 @@ async def test_a_workers_first_real_job_finds_its_pages_already_copied() -> None
     finally:
         workers.close()
     # Still more than a later job's 40: the heap grows to this text's size. A warm-up job over one plain
-    # sentence 1,200 times left 260 to 310 here; over the contract-like sample (warm_up), 140 to 160.
+    # sentence 1,200 times left 260 to 310 here; over the contract-like sample (warm_up), 130 to 160.
     assert first < 220
 
 
