@@ -3,7 +3,9 @@ on ``/health/readiness``, median of N starts, with one OpenAI-compatible model a
 Then, on each start, the first compressed request after readiness against the steady state: a real
 contract of the dev split (``legal_contract_qa``, 84k characters) with one question, then with
 ``STEADY`` other questions, each over a 16k window, answered by a local stand-in upstream; seconds
-from sending to the answer.
+from sending to the answer. The question asked first turns with each start, and each question's time
+as a first request is set against its own median as a later one: that difference is the first
+request's cost of a fresh process alone (questions differ by a few milliseconds among themselves).
 
 ``--against PATH`` times another checkout (its own ``.venv``, e.g. ``/work/main``) in the same run, its
 starts alternating with this one's, so both see the same load; the load average is printed beside them.
@@ -32,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = ("/health/liveliness", "/health/readiness")
 FIRST, LATER = "first request", "steady state"
+PAIRED = "first minus the same request later"
 POLL_S = 0.02  # finer than any difference worth reporting, coarse enough not to load the machine
 GIVE_UP_S = 300.0  # a loaded 2-core machine has taken over a minute
 # Nothing listens on port 9 (discard): a start must not need its upstream.
@@ -52,6 +55,8 @@ class Checkout:
 
     root: Path
     seconds: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in (*PATHS, FIRST, LATER)})
+    firsts: list[tuple[int, float]] = field(default_factory=list)  # (question, seconds) of each start
+    later: dict[int, list[float]] = field(default_factory=dict)  # question -> its seconds when not first
 
     @property
     def python(self) -> Path:
@@ -130,8 +135,9 @@ def status(port: int, path: str) -> int | None:
         conn.close()
 
 
-def time_start(checkout: Checkout, config: Path) -> dict[str, float]:
-    """Launch one gateway, poll both health paths until each answers 200, stop it."""
+def time_start(checkout: Checkout, config: Path, first_question: int = 0) -> dict[str, float]:
+    """Launch one gateway, poll both health paths until each answers 200, send the requests (question
+    ``first_question`` first), stop it."""
     port = free_port()
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     argv = [str(checkout.python), "-m", "gateway", "--config", str(config), "--port", str(port),
@@ -147,9 +153,15 @@ def time_start(checkout: Checkout, config: Path) -> dict[str, float]:
                 if path not in found and status(port, path) == 200:
                     found[path] = time.monotonic() - begun
             time.sleep(POLL_S)
-        first, *later = requests()
-        found[FIRST] = answer_s(port, first)
-        found[LATER] = statistics.median(answer_s(port, body) for body in later)
+        bodies = requests()
+        order = [(first_question + k) % len(bodies) for k in range(len(bodies))]
+        times = {i: answer_s(port, bodies[i]) for i in order}
+        found[FIRST] = times[first_question]
+        found[LATER] = statistics.median(s for i, s in times.items() if i != first_question)
+        checkout.firsts.append((first_question, times[first_question]))
+        for i, seconds in times.items():
+            if i != first_question:
+                checkout.later.setdefault(i, []).append(seconds)
     finally:
         stop(proc)
     return found
@@ -171,7 +183,7 @@ def run(checkouts: list[Checkout], runs: int) -> None:
         config = write_config(Path(folder), f"http://127.0.0.1:{stand_in.server_address[1]}/v1")
         for i in range(runs):
             for checkout in checkouts:
-                for path, seconds in time_start(checkout, config).items():
+                for path, seconds in time_start(checkout, config, i % (1 + STEADY)).items():
                     checkout.seconds[path].append(seconds)
                 times = ", ".join(f"{p.rsplit('/', 1)[-1]} {s[-1]:.{_places(p)}f} s"
                                   for p, s in checkout.seconds.items())
@@ -182,15 +194,23 @@ def report(checkouts: list[Checkout], load: tuple[float, ...]) -> dict[str, obje
     # Starts to the 10 ms (the poll is 20 ms), requests to the millisecond (they differ by a few).
     rows = {str(c.root): {p.rsplit("/", 1)[-1]: {"median_s": round(statistics.median(s), _places(p)),
                                                "runs_s": [round(x, _places(p)) for x in s]}
-                          for p, s in c.seconds.items()}
+                          for p, s in c.seconds.items()} | {PAIRED: paired(c)}
             for c in checkouts}
     print(f"\nmedian of {len(checkouts[0].seconds[PATHS[0]])} starts to a 200 "
           f"(load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs):")
     for root, row in rows.items():
         print(f"  {root:40} liveliness {row['liveliness']['median_s']:6.2f} s   "
               f"readiness {row['readiness']['median_s']:6.2f} s   first compressed request "
-              f"{row[FIRST]['median_s']:6.3f} s, steady state {row[LATER]['median_s']:6.3f} s")
+              f"{row[FIRST]['median_s']:6.3f} s, steady state {row[LATER]['median_s']:6.3f} s, "
+              f"first minus the same request later {row[PAIRED]['median_ms']:+5.1f} ms")
     return {"load_before": load[0], "load_after": os.getloadavg()[0], "checkouts": rows}
+
+
+def paired(checkout: Checkout) -> dict[str, object]:
+    """Each start's first request minus the median of the same question's times as a later request."""
+    ms = [round((seconds - statistics.median(checkout.later[question])) * 1000, 1)
+          for question, seconds in checkout.firsts if checkout.later.get(question)]
+    return {"median_ms": statistics.median(ms) if ms else float("nan"), "runs_ms": ms}
 
 
 def _places(path: str) -> int:

@@ -25,9 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import mixpr.embedding
 import mixpr.engine
-from gateway.compress import conversation, policy
+from gateway.compress import conversation, policy, warm_up
 from gateway.compress.policy import Control, Target
 from gateway.compress.route_cache import RouteCache
 from gateway.config import GatewayConfig, MixprSettings
@@ -146,7 +145,7 @@ class Compressor:
         # Short texts are counted in this process too: loading a tokenizer takes a second or more,
         # which on the first request's loop would stall every other request.
         await asyncio.gather(start_pool(self.workers, with_router=with_router, routers=routers),
-                             offload.run(_load_tokenizers))
+                             offload.run(warm_up.first_counts))
 
     def close(self) -> None:
         self.workers.close()
@@ -378,19 +377,6 @@ def _unavailable(cause: str, total: int | None, target: Target) -> CompressionUn
     )
 
 
-def _load_tokenizers() -> None:
-    count_tokens("warm up", "gpt-4o-mini")
-    count_tokens("warm up", None)
-
-
-def load_tables() -> None:
-    """What a compression job needs loaded: the tokenizers, and scikit-learn, which mixpr.embedding
-    imports only when it first weighs words (the gateway's own process never does when workers are
-    processes): loaded before the first job, so it does not pay for them."""
-    _load_tokenizers()
-    mixpr.embedding.unit_rows(mixpr.embedding.embed(["warm up", "the worker"]))
-
-
 def _warm_up(with_router: bool, routers: tuple[str, ...] = ()) -> None:
     """Runs in each worker once: load tokenizers (and LiteLLM, for the auto router) up front. A worker
     forked from a fork server that preloaded them (``PRELOAD``) finds them loaded, but the first use
@@ -403,23 +389,13 @@ def _warm_up(with_router: bool, routers: tuple[str, ...] = ()) -> None:
     about 270 ms in the middle of a job; this warm-up's allocations brought the first one due within
     the first few requests."""
     _hold_for_tests(START_SUFFIX)
-    load_tables()
-    first_job()
+    warm_up.load_tables()
+    warm_up.first_job()
     if with_router:
         # By name, as the fork server imports it: the plug-in, which imports this module, must not
         # reach the forwarding layer (pyproject's contracts).
         importlib.import_module(ROUTER_PRELOAD).first_call(routers)
     gc.freeze()
-
-
-def first_job() -> None:
-    """A MixPR job of 100k characters, every stage of it (chunks, words' weights, the router's question
-    and its answer read, the graph, PageRank, the cut): its arrays' memory, freed, stays in the heap for
-    the first request's (a smaller one left 2 ms more of page faults in it)."""
-    clauses = " ".join(f"Clause {i}: the buyer pays the seller's invoice within {i + 10} days of delivery."
-                       for i in range(1200))
-    mixpr.engine.compress(f"{clauses}\n\nWhen is an invoice due?", budget_tokens=300, route="auto",
-                          ask_llm=lambda question: "", model="gpt-4o-mini")  # "": the heuristic decides
 
 
 def compress_job(

@@ -6,7 +6,7 @@ else it only loads them early."""
 import contextlib
 import gc
 
-from gateway.compress.compressor import load_tables
+from gateway.compress.warm_up import load_tables
 
 # Anything but an ImportError raised here would stop the fork server, and every worker start with it;
 # a worker's own warm-up loads what this could not and says why.

@@ -6,21 +6,25 @@ scikit-learn when its workers compress."""
 from __future__ import annotations
 
 import concurrent.futures
+import inspect
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import fastapi.routing
 import httpx
 import pytest
 import yaml
-from conftest import MASTER_KEY, closed_port, gateway_config
+from conftest import MASTER_KEY, ServerThread, closed_port, gateway_config
 from fake_upstream import FakeUpstream
 from pool_control import long_messages
 from processes import GatewayProcess
 
+from gateway.app import create_app
 from gateway.compress.compressor import START_SUFFIX, TEST_HOLD_ENV
+from gateway.config import parse_config
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 DEADLINE_S = 240  # a start on a busy 2-core machine has taken minutes
@@ -168,3 +172,26 @@ def test_a_killed_gateway_leaves_no_worker_or_fork_server_behind(upstream: FakeU
     while any(_running(pid) for pid in under) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [pid for pid in under if _running(pid)]
+
+
+def test_a_first_request_reads_no_source_file_on_the_loop(upstream: FakeUpstream,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # FastAPI reads and tokenizes an endpoint's source file on its first request (for its error texts),
+    # 0.5 to 1 ms of blocking work on the loop; the gateway's warm-up reads them before readiness.
+    monkeypatch.setattr(fastapi.routing, "_endpoint_context_cache", {})  # as in a fresh process
+    raw = gateway_config(upstream.base_url)
+    raw["general_settings"]["compression_executor"] = "thread"  # no pool to start: this is the app's
+    server = ServerThread(create_app(parse_config(raw))).start()  # back once warm
+    read: list[str] = []
+    sourcelines = inspect.getsourcelines
+    monkeypatch.setattr(inspect, "getsourcelines", lambda obj: read.append(obj.__name__) or sourcelines(obj))
+    try:
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as http:
+            assert http.get("/v1/models").status_code == 200
+            chat = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+            assert http.post("/v1/chat/completions", json=chat).status_code == 200
+            messages = {"model": "gpt-test", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}
+            assert http.post("/v1/messages", json=messages).status_code == 200
+    finally:
+        server.stop()
+    assert read == []
