@@ -6,6 +6,9 @@ contract of the dev split (``legal_contract_qa``, 84k characters) with one quest
 from sending to the answer. The question asked first turns with each start, and each question's time
 as a first request is set against its own median as a later one: that difference is the first
 request's cost of a fresh process alone (questions differ by a few milliseconds among themselves).
+``--pause S`` waits S seconds before every request, the first included: the first request always
+follows a pause, and on this machine a request after one takes a few milliseconds more than one sent
+back to back.
 
 ``--against PATH`` times another checkout (its own ``.venv``, e.g. ``/work/main``) in the same run, its
 starts alternating with this one's, so both see the same load; the load average is printed beside them.
@@ -107,8 +110,9 @@ def requests() -> list[bytes]:
         for question in row["instructions"][: 1 + STEADY]]
 
 
-def answer_s(port: int, body: bytes) -> float:
-    """Seconds to a compressed answer for ``body``."""
+def answer_s(port: int, body: bytes, pause_s: float = 0.0) -> float:
+    """Seconds to a compressed answer for ``body``, sent after ``pause_s`` seconds."""
+    time.sleep(pause_s)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     begun = time.monotonic()
     try:
@@ -135,7 +139,8 @@ def status(port: int, path: str) -> int | None:
         conn.close()
 
 
-def time_start(checkout: Checkout, config: Path, first_question: int = 0) -> dict[str, float]:
+def time_start(checkout: Checkout, config: Path, first_question: int = 0,
+               pause_s: float = 0.0) -> dict[str, float]:
     """Launch one gateway, poll both health paths until each answers 200, send the requests (question
     ``first_question`` first), stop it."""
     port = free_port()
@@ -155,7 +160,7 @@ def time_start(checkout: Checkout, config: Path, first_question: int = 0) -> dic
             time.sleep(POLL_S)
         bodies = requests()
         order = [(first_question + k) % len(bodies) for k in range(len(bodies))]
-        times = {i: answer_s(port, bodies[i]) for i in order}
+        times = {i: answer_s(port, bodies[i], pause_s) for i in order}
         found[FIRST] = times[first_question]
         found[LATER] = statistics.median(s for i, s in times.items() if i != first_question)
         checkout.firsts.append((first_question, times[first_question]))
@@ -176,34 +181,35 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run(checkouts: list[Checkout], runs: int) -> None:
+def run(checkouts: list[Checkout], runs: int, pause_s: float = 0.0) -> None:
     """``runs`` starts of each checkout, alternating, so a change in load hits both alike."""
     with tempfile.TemporaryDirectory() as folder:
         stand_in = upstream()
         config = write_config(Path(folder), f"http://127.0.0.1:{stand_in.server_address[1]}/v1")
         for i in range(runs):
             for checkout in checkouts:
-                for path, seconds in time_start(checkout, config, i % (1 + STEADY)).items():
+                for path, seconds in time_start(checkout, config, i % (1 + STEADY), pause_s).items():
                     checkout.seconds[path].append(seconds)
                 times = ", ".join(f"{p.rsplit('/', 1)[-1]} {s[-1]:.{_places(p)}f} s"
                                   for p, s in checkout.seconds.items())
                 print(f"  start {i + 1}/{runs} {checkout.root}: {times}", flush=True)
 
 
-def report(checkouts: list[Checkout], load: tuple[float, ...]) -> dict[str, object]:
+def report(checkouts: list[Checkout], load: tuple[float, ...], pause_s: float = 0.0) -> dict[str, object]:
     # Starts to the 10 ms (the poll is 20 ms), requests to the millisecond (they differ by a few).
     rows = {str(c.root): {p.rsplit("/", 1)[-1]: {"median_s": round(statistics.median(s), _places(p)),
                                                "runs_s": [round(x, _places(p)) for x in s]}
                           for p, s in c.seconds.items()} | {PAIRED: paired(c)}
             for c in checkouts}
     print(f"\nmedian of {len(checkouts[0].seconds[PATHS[0]])} starts to a 200 "
-          f"(load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs):")
+          f"(load average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs; "
+          f"{pause_s:g} s before each request):")
     for root, row in rows.items():
         print(f"  {root:40} liveliness {row['liveliness']['median_s']:6.2f} s   "
               f"readiness {row['readiness']['median_s']:6.2f} s   first compressed request "
               f"{row[FIRST]['median_s']:6.3f} s, steady state {row[LATER]['median_s']:6.3f} s, "
               f"first minus the same request later {row[PAIRED]['median_ms']:+5.1f} ms")
-    return {"load_before": load[0], "load_after": os.getloadavg()[0], "checkouts": rows}
+    return {"load_before": load[0], "load_after": os.getloadavg()[0], "pause_s": pause_s, "checkouts": rows}
 
 
 def paired(checkout: Checkout) -> dict[str, object]:
@@ -223,11 +229,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--against", type=Path, action="append", default=[],
                         help="another checkout with its own .venv, timed in the same run (repeatable)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds to wait before every request, the first included (default: none)")
     args = parser.parse_args(argv)
     checkouts = [Checkout(ROOT), *(Checkout(p.resolve()) for p in args.against)]
     load = os.getloadavg()
-    run(checkouts, args.runs)
-    result = report(checkouts, load)
+    run(checkouts, args.runs, args.pause)
+    result = report(checkouts, load, args.pause)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2))
