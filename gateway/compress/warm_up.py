@@ -50,12 +50,12 @@ def load_tokenizers() -> None:
     count_tokens("warm up", None)  # cl100k_base, also the encoding of every model tiktoken does not know
 
 
-def first_counts() -> None:
-    """Both encodings loaded, then each over the whole sample: a first long text touches far more of an
+def first_counts(text: str | None = None) -> None:
+    """Both encodings over the whole sample (or ``text``): a first long text touches far more of an
     encoding's tables than a word does. In the gateway's process, which counts prompts shorter than
     200k characters itself, and in each worker; not in the fork server, whose pages a worker touches
     again."""
-    text = sample_document()
+    text = sample_document() if text is None else text
     count_tokens(text, "gpt-4o-mini")
     count_tokens(text, None)
 
@@ -72,6 +72,7 @@ def first_job() -> None:
     """The sample counted, then a MixPR job over it, every stage of it (chunks, words' weights, the
     router's question and its answer read, the graph, PageRank, the cut to a fifth): its arrays'
     memory, freed, stays in the heap for the first request's."""
-    first_counts()
-    mixpr.engine.compress(f"{sample_document()}\n\n{QUESTION}", budget_tokens=10_000, route="auto",
+    text = sample_document()
+    first_counts(text)
+    mixpr.engine.compress(f"{text}\n\n{QUESTION}", budget_tokens=10_000, route="auto",
                           ask_llm=lambda question: "", model=None)  # "": the heuristic decides

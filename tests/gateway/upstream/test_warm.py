@@ -102,5 +102,4 @@ async def test_the_warm_up_calls_leave_no_litellm_record_and_other_calls_still_d
     with contextlib.suppress(Exception):  # nothing listens on port 9: the record comes before the call
         litellm.completion(model="openai/mine", api_base="http://127.0.0.1:9/v1", api_key="x", timeout=1,
                            max_retries=0, messages=[{"role": "user", "content": "y"}])
-    assert any("openai/mine" in r.getMessage() or "mine" in r.getMessage()
-               for r in caplog.records if r.name == "LiteLLM")
+    assert any("mine" in r.getMessage() for r in caplog.records if r.name == "LiteLLM")
