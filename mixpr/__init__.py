@@ -112,7 +112,7 @@ def _with_question(text, question, budget_tokens, top_k, route, ask_llm, model) 
     if top_k is None and tokens <= budget_tokens or not text.strip():
         stats = {"method": "mixpr", "route": None, "router": None, "alpha": None, "original_tokens": tokens,
                  "kept_tokens": tokens, "kept_chunks": None, "timings_ms": {}}  # fmt: skip
-        return Compressed(text, [(0, len(text))] if text else [], stats)
+        return Compressed(text, [(0, len(text))] if text else [], stats, tokens=tokens)
     joined = f"{text}{_GAP}{question}"
     asked_tokens = count_tokens(_GAP + question, model)
 
@@ -125,9 +125,10 @@ def _with_question(text, question, budget_tokens, top_k, route, ask_llm, model) 
         spans = [(start, min(end, len(text))) for start, end in found.spans if start < len(text)]
         kept = budget.join_spans(text, spans)
         chunks = found.stats["original_chunks"] - (len(found.spans) - len(spans))  # the question's are not
-        stats = {**found.stats, "original_tokens": tokens, "kept_tokens": count_tokens(kept, model),
+        kept_tokens = count_tokens(kept, model)
+        stats = {**found.stats, "original_tokens": tokens, "kept_tokens": kept_tokens,
                  "kept_chunks": len(spans), "original_chunks": chunks}  # fmt: skip
-        return Compressed(kept, spans, stats)
+        return Compressed(kept, spans, stats, tokens=kept_tokens)
 
     if top_k is not None:
         return run(None)
@@ -146,6 +147,7 @@ def _within(text: str, found: Compressed, budget_tokens: int, model: str | None)
         kept, spans = "", []
     else:
         kept, spans = budget.spans_within(text, found.spans, budget_tokens, model)
-    stats = {**found.stats, "kept_tokens": count_tokens(kept, model), "kept_chunks": len(spans),
+    kept_tokens = count_tokens(kept, model)
+    stats = {**found.stats, "kept_tokens": kept_tokens, "kept_chunks": len(spans),
              "cut_to_budget": True}  # fmt: skip
-    return Compressed(kept, spans, stats)
+    return Compressed(kept, spans, stats, tokens=kept_tokens)

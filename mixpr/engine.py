@@ -58,6 +58,7 @@ class Compressed:
     spans: list[tuple[int, int]]
     stats: dict = field(default_factory=dict)
     parts: list[str] = field(default_factory=list)  # with ``parts=``: each part's kept text
+    tokens: int | None = None  # ``text``'s exact tokens for ``model``, when this call counted them
 
 
 def compress(
@@ -125,7 +126,7 @@ def compress(
         return Compressed(text, [(0, len(text))] if text else [], stats)
     if len(chunks) == 0:  # whitespace only: nothing to retrieve
         stats.update(route=None, router=None, alpha=None, kept_tokens=0, kept_chunks=0)
-        return Compressed("", [], {**stats, "timings_ms": clock.timings()})
+        return Compressed("", [], {**stats, "timings_ms": clock.timings()}, tokens=0)
     p = questions.query_weights(chunks, query_span)
     counts, words, titled = clock.run("embed", _counts, chunks, p) if method != "middle-out" else (None,) * 3
     tokens_per_char = original_tokens / max(1, len(text))
@@ -136,7 +137,7 @@ def compress(
     )
     stats.update(kept_tokens=kept_tokens, kept_chunks=len(keep), timings_ms=clock.timings())
     spans = list(zip(chunks.starts[keep].tolist(), chunks.ends[keep].tolist(), strict=True))
-    return Compressed(kept_text, spans, stats)
+    return Compressed(kept_text, spans, stats, tokens=kept_tokens)
 
 
 def _compress_kind(text, budget_tokens, kind, query, source, model, original_tokens, others) -> Compressed:

@@ -41,10 +41,11 @@ def outcome(plan: Plan, scanned: resets.Scan, sent: list[dict[str, Any]], previo
     # breakpoints this request cannot count toward Anthropic's 4), each in the shape it came.
     wanted = request.settings.prefix.breakpoint and not request.conversation
     sent = with_breakpoint(sent, previous, wanted, request.tools)
-    # A reset: the previous request's messages are not all sent as they were (a reset point since
-    # then, or, as remembered, other bytes: a changed max_tokens moves the points).
+    # A reset: the previous request's messages are not all sent as they were. As remembered (or
+    # recomputed), other bytes (a changed max_tokens moves the points); else a reset point since then.
+    # A point whose deeper cut left the remembered bytes as they were is none: nothing cached broke.
     moved = any(point > previous for point in scanned.points)
-    reset = previous >= 0 and (moved or (basis != "none" and same < previous + 1))
+    reset = previous >= 0 and (same < previous + 1 if basis != "none" else moved)
     action = "compressed" if sent != request.messages else "passthrough"
     return Outcome(sent, action, original, final, "forms" if action == "compressed" else None,
                    budget=target.tokens(scanned.total - plan.constant), room=target.limit,

@@ -46,6 +46,18 @@ def test_kept_chunks_keep_their_original_order_and_text():
         position = result.text.index(text[start:end], position)
 
 
+@pytest.mark.parametrize("model", ["gpt-4", "gpt-4o"])
+@pytest.mark.parametrize("ask", [{"budget_tokens": 300}, {"budget_tokens": 2500}, {"top_k": 7}],
+                         ids=["300 tokens", "2500 tokens", "top 7"])
+def test_a_compressed_text_comes_with_its_exact_count(model, ask):
+    """``tokens`` is what the gateway uses instead of encoding the kept text again: the exact count of
+    ``text``, which is the spans joined as ``join_spans`` joins them."""
+    text = re.sub(r"\. (?=[A-Z])", lambda m: ".\n\n" if m.start() % 7 == 0 else ". ", needle_prompt())
+    result = compress(text, route="local", model=model, **ask)
+    assert len(result.spans) > 1 and result.text == mixpr.engine.join_spans(text, result.spans)
+    assert result.tokens == count_tokens(result.text, model)
+
+
 def test_text_that_fits_is_returned_untouched():
     text = "  Short prompt.\n\nWhat is it?  "
     result = compress(text, budget_tokens=100)

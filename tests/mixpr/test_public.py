@@ -44,7 +44,7 @@ def test_the_budget_holds_across_budgets_and_models():
     for budget in (40, 120, 700):
         for model in (None, "gpt-4o"):
             result = mixpr.compress(text, budget_tokens=budget, query=QUESTION, model=model)
-            assert count_tokens(result.text, model) <= budget
+            assert count_tokens(result.text, model) == result.tokens <= budget
 
 
 def test_top_k_keeps_that_many_chunks_of_the_text():
@@ -58,6 +58,7 @@ def test_a_text_that_fits_comes_back_whole():
     text = "A short note. " + FACT
     result = mixpr.compress(text, budget_tokens=300, query=QUESTION)
     assert result.text == text and result.spans == [(0, len(text))]
+    assert result.tokens == count_tokens(text)
 
 
 def test_without_a_query_the_trailing_question_is_found_and_kept():
