@@ -339,7 +339,7 @@ class Compressor:
                 stream_tokens = target.tokens(stats["original_tokens"])
             messages = conversation.rebuild(conv, spans)
             # Only the stream changed: the verbatim text, framing and tools still cost ``fixed``.
-            final = await self._stream_tokens(pool, conv, messages, (spans, kept), target) + fixed
+            final = await self._stream_tokens(pool, conv, messages, spans, kept, target) + fixed
             if final <= target.ceiling:  # the limit, or just under the price line
                 elapsed = (time.perf_counter() - started) * 1000
                 return Outcome(messages, "compressed", stream_tokens + fixed, final, stats.get("route"),
@@ -353,12 +353,11 @@ class Compressor:
         )
 
     async def _stream_tokens(self, pool: Ticket, conv: conversation.Conversation,
-                             messages: list[dict[str, Any]], kept: tuple[list[tuple[int, int]], int | None],
+                             messages: list[dict[str, Any]], spans: list[tuple[int, int]], tokens: int | None,
                              target: Target) -> int:
         """The rebuilt messages' stream tokens. When the stream is the kept spans' joined text (one
         message cut, or cuts inside the messages), the worker counted exactly that text already, so it
         is not encoded again (~6 ms for 12k tokens); otherwise it is counted."""
-        spans, tokens = kept
         text = (await split(messages)).text
         if tokens is not None:
             big = len(text) > THREAD_COUNT_CHARS
