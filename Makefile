@@ -30,7 +30,7 @@ export UV_LINK_MODE := copy
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test fuzz clients litellm-newest lint hadolint k8s-check package install install-test lock clean
+.PHONY: run test durations fuzz clients litellm-newest lint hadolint k8s-check package install install-test lock clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -42,7 +42,9 @@ run: $(VENV)/.installed-local
 # --dist loadfile: a file's tests run on one worker, so a process or server its module-scoped fixtures
 # start (a gateway, the LiteLLM proxy, the embedded model, an npm install) starts once, not once per
 # worker. (No xdist_group marks: loadfile ignores them. The agent-CLI installs lock their folders,
-# tests/gateway/npm_clis.py.) --durations=15 prints the slowest tests.
+# tests/gateway/npm_clis.py.) -p tests.schedule hands the files out longest first (tests/durations.json):
+# xdist's own order, most tests first, left the few-test slow files for last, one worker running them
+# alone. --durations=15 prints the slowest tests.
 # The project's own modules are compiled first (0.3 s): where PYTHONDONTWRITEBYTECODE is set, as on CI,
 # every gateway, pool fork server and CLI the tests start would compile them again on import. Only what
 # changed since the last run is written; tests/ is left to pytest, which rewrites its asserts itself.
@@ -52,7 +54,13 @@ test: $(VENV)/.installed-test
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	$(BIN)/python -m compileall -q -j 0 gateway mixpr bench tools
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(BIN)/python -m pytest -p tests.schedule -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# tests/durations.json, the seconds each test file took, by which `make test` hands out the longest
+# files first (tests/schedule.py): rewritten by a whole run that passed. Run it when files were added
+# or grew; a stale file only orders worse.
+durations: $(VENV)/.installed-test
+	$(BIN)/python -m pytest -p tests.schedule -n $(TEST_WORKERS) --dist loadfile --store-durations -q
 
 # The multi-turn path's property tests (tests/gateway/conversation/test_properties.py), the library's fuzz
 # (tests/mixpr/test_fuzz.py: mixpr.compress and both integrations, budgets 1-500) and the redaction
