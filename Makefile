@@ -48,9 +48,10 @@ run: $(VENV)/.installed-local
 # The tests write bytecode (PYTHONDONTWRITEBYTECODE emptied for them): where it is set, as on CI, every
 # gateway, pool fork server, CLI and pytest worker the tests start would compile what it imports again.
 # The first process to import a module writes its .pyc, the rest read it (Python writes them atomically),
-# and only the modules something imports are compiled: 5 to 10 CPU-seconds in the first run, where
-# compiling the whole venv at install took 29 s (uv's --compile-bytecode, then compileall for what
-# `make install` had linked). pytest keeps its rewritten test modules the same way.
+# and only the modules something imports are compiled. Compiling the whole venv at install instead (uv's
+# --compile-bytecode, then compileall for what `make install` had linked) took 29 s of a 362 s `make
+# test` on a fresh clone, after `make install`; this way it took 319 s, and 285 s run again. pytest
+# keeps its rewritten test modules the same way.
 TEST_WORKERS ?= 3
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
