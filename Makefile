@@ -42,9 +42,11 @@ run: $(VENV)/.installed-local
 # --dist loadfile: a file's tests run on one worker, so a process or server its module-scoped fixtures
 # start (a gateway, the LiteLLM proxy, the embedded model, an npm install) starts once, not once per
 # worker. (No xdist_group marks: loadfile ignores them. The agent-CLI installs lock their folders,
-# tests/gateway/npm_clis.py.) -p tests.schedule hands the files out longest first (tests/durations.json):
+# tests/gateway/agent_clients.py.) -p tests.schedule hands the files out longest first (tests/durations.json):
 # xdist's own order, most tests first, left the few-test slow files for last, one worker running them
-# alone. --durations=15 prints the slowest tests.
+# alone. -p tests.zygote forks the gateway processes of the tests that are not about a start from one
+# process that imported the gateway once (tests/zygote.py): each fresh one spent about 3.5 CPU-s on
+# imports. --durations=15 prints the slowest tests.
 # The tests write bytecode (PYTHONDONTWRITEBYTECODE emptied for them): where it is set, as on CI, every
 # gateway, pool fork server, CLI and pytest worker the tests start would compile what it imports again.
 # The first process to import a module writes its .pyc, the rest read it (Python writes them atomically),
@@ -57,13 +59,13 @@ test: $(VENV)/.installed-test
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -n $(TEST_WORKERS) --dist loadfile --durations=15
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -p tests.zygote -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # tests/durations.json, the seconds each test file took, by which `make test` hands out the longest
 # files first (tests/schedule.py): rewritten by a whole run that passed. Run it when files were added
 # or grew; a stale file only orders worse.
 durations: $(VENV)/.installed-test
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -n $(TEST_WORKERS) --dist loadfile --store-durations -q
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -p tests.zygote -n $(TEST_WORKERS) --dist loadfile --store-durations -q
 
 # The multi-turn path's property tests (tests/gateway/conversation/test_properties.py), the library's fuzz
 # (tests/mixpr/test_fuzz.py: mixpr.compress and both integrations, budgets 1-500) and the redaction
@@ -75,8 +77,8 @@ fuzz: $(VENV)/.installed-test
 		tests/mixpr/test_fuzz.py tests/gateway/test_redaction_properties.py --hypothesis-show-statistics
 
 # The agent clients' end-to-end tests (tests/gateway/test_client_*.py, docs/clients.md) with the newest
-# release of every npm client (npm's `latest` tag; `make test` runs the pinned ones), each installed
-# once into .venv/<client>-newest (the pinned folder when it is the same version). mini-swe-agent
+# release of every npm client (npm's `latest` tag; `make test` runs the pinned ones), each release
+# installed once into ~/.cache/mixpr-gateway/npm-clients/<client>-<version>. mini-swe-agent
 # comes from PyPI at its locked version.
 clients: $(VENV)/.installed-test
 	MIXPR_CLIENTS=newest $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15 \

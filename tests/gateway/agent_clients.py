@@ -2,9 +2,10 @@
 the gateway in front of a scripted upstream on a 32k-token model, and what every run must show.
 
 Releases: the pinned version of each client in ``make test``; the newest (npm's ``latest`` tag) when
-``MIXPR_CLIENTS=newest`` (``make clients``). Each release is installed once into ``.venv/<home>``
-(``.venv/<home>-newest`` for a newest release that is not the pinned one), a folder that outlives the
-run: a later run reuses it and installs only when the version differs. ``<ENV>`` (e.g.
+``MIXPR_CLIENTS=newest`` (``make clients``). Each release is installed once into a folder of its own
+under the user's cache, ``~/.cache/mixpr-gateway/npm-clients/<home>-<version>`` (``$MIXPR_NPM_CLIENTS``
+names another), as uv keeps its packages there: every later run, in this clone or a fresh one, reuses
+it, where an install into the clone took each fresh clone 4 to 6 s of npm per client. ``<ENV>`` (e.g.
 ``CLAUDE_CODE_BIN``) names an executable to use instead of the pinned one. A test skips only when
 node or npm is missing, or, for the newest release, when the registry cannot be reached; a failed
 install fails it (with npm's output). Installs of different clients go to different folders, so test
@@ -37,7 +38,9 @@ from fake_chat_agent import FakeChatAgent
 from gateway import create_app
 from gateway.config import parse_config
 
-VENV = Path(__file__).resolve().parents[2] / ".venv"
+# The clients' folders, one per release: 150 to 400 MB each, so delete old ones after a version bump.
+_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+CLIENTS = Path(os.environ.get("MIXPR_NPM_CLIENTS") or _CACHE / "mixpr-gateway" / "npm-clients")
 RELEASE_ENV = "MIXPR_CLIENTS"  # "newest": the newest release of every npm client instead of the pinned
 FILES = 15
 WINDOW = 32_768  # the test model's window: a small one, so the clients' loops overflow it
@@ -49,7 +52,7 @@ _STATUS = re.compile(r'^mixpr_requests_total\{[^}]*status="(\d+)"[^}]*\} ([0-9.e
 @dataclass(frozen=True)
 class NpmClient:
     """An agent CLI from npm: its package, the version ``make test`` runs, its executable's name, the
-    environment variable that names an executable instead, and its folder under ``.venv``."""
+    environment variable that names an executable instead, and the name of its folders (``CLIENTS``)."""
 
     package: str
     pinned: str
@@ -86,14 +89,14 @@ def _resolved(client: NpmClient, chosen: str) -> tuple[Path, str]:
     if given:
         return Path(given), f"${client.env}"
     version = client.pinned if chosen == "pinned" else newest(client.package)
-    home = client.home if version == client.pinned else f"{client.home}-newest"
-    return installed(client.package, version, client.binary, home=home), version
+    return installed(client.package, version, client.binary, home=client.home), version
 
 
 def installed(package: str, version: str, binary: str, *, home: str) -> Path:
-    """The executable ``binary`` of ``package@version`` in ``.venv/<home>``, installed when missing."""
+    """The executable ``binary`` of ``package@version`` in ``CLIENTS/<home>-<version>``, installed when
+    missing."""
     _need_npm(package)
-    prefix = VENV / home
+    prefix = CLIENTS / f"{home}-{version}"
     manifest = prefix / "node_modules" / package / "package.json"
     path = prefix / "node_modules" / ".bin" / binary
     with _locked(prefix):  # two installs into one folder at once (xdist workers, two runs) break both

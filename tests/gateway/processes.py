@@ -1,4 +1,6 @@
-"""``python -m gateway`` as a real process on a free 127.0.0.1 port, this checkout first on the path."""
+"""``python -m gateway`` as a real process on a free 127.0.0.1 port, this checkout first on the path:
+forked from the run's zygote (``tests/zygote.py``: the gateway already imported) when there is one,
+unless the test is about a start (``fresh=True``); else a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import IO
 import httpx
 from conftest import closed_port
 
+from tests.zygote import Forked, forked_gateway
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -20,7 +24,9 @@ class GatewayProcess:
     """One gateway process; its log (stderr) goes to ``log`` when given, else nowhere; ``port``: a
     given one (a restart where the load balancer expects it), else a free one."""
 
-    def __init__(self, config: Path, log: Path | None = None, port: int | None = None) -> None:
+    def __init__(self, config: Path, log: Path | None = None, port: int | None = None, *,
+                 fresh: bool = False) -> None:
+        """``fresh``: a new interpreter even when the run has a zygote (a test about the start itself)."""
         self.port = port or closed_port()
         self.log = log
         env = {
@@ -28,11 +34,16 @@ class GatewayProcess:
             "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
-        self._log: IO[bytes] | None = log.open("ab") if log is not None else None
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--config", str(config), "--port", str(self.port),
-             "--log-level", "warning"],
-            env=env, stdout=subprocess.DEVNULL, stderr=self._log or subprocess.DEVNULL)
+        argv = ["--config", str(config), "--port", str(self.port), "--log-level", "warning"]
+        self._log: IO[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | Forked
+        forked = None if fresh else forked_gateway(argv, env, log)
+        if forked is not None:
+            self.process = forked
+            return
+        self._log = log.open("ab") if log is not None else None
+        self.process = subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env,
+                                        stdout=subprocess.DEVNULL, stderr=self._log or subprocess.DEVNULL)
 
     @property
     def url(self) -> str:
@@ -74,3 +85,4 @@ class GatewayProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+

@@ -75,7 +75,7 @@ def test_liveliness_answers_while_the_pool_warms_and_an_early_request_is_served(
     starting = Path(str(hold) + START_SUFFIX)
     starting.touch()  # every worker's warm-up waits while this file exists
     monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
-    gateway = GatewayProcess(_config(tmp_path, upstream), log=tmp_path / "gateway.log")
+    gateway = GatewayProcess(_config(tmp_path, upstream), log=tmp_path / "gateway.log", fresh=True)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     try:
         alive = _until(gateway, "/health/liveliness", _ok)
@@ -105,7 +105,7 @@ def test_liveliness_answers_while_the_pool_warms_and_an_early_request_is_served(
 @pytest.fixture(scope="module")
 def gateway(upstream: FakeUpstream, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProcess]:
     folder = tmp_path_factory.mktemp("startup")
-    started = GatewayProcess(_config(folder, upstream), log=folder / "gateway.log").wait()
+    started = GatewayProcess(_config(folder, upstream), log=folder / "gateway.log", fresh=True).wait()
     yield started
     started.stop()
 
@@ -162,7 +162,7 @@ def test_a_killed_gateway_leaves_no_worker_or_fork_server_behind(upstream: FakeU
                                                                  tmp_path: Path) -> None:
     # SIGKILL runs no shutdown: the fork server sees its host's pipe close and exits, and the workers,
     # its children, are signalled as it goes (PR_SET_PDEATHSIG). None may carry on as an orphan.
-    gateway = GatewayProcess(_config(tmp_path, upstream), log=tmp_path / "gateway.log").wait()
+    gateway = GatewayProcess(_config(tmp_path, upstream), log=tmp_path / "gateway.log", fresh=True).wait()
     try:
         under = _descendants(gateway.process.pid)
         assert any("/sklearn/" in _mapped(pid) for pid in under)  # the warm workers are among them

@@ -9,18 +9,24 @@ from pathlib import Path
 
 import httpx
 
+from tests.zygote import Forked, forked_gateway
+
 ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
 
 
-def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def start(args: list[str], log: Path) -> subprocess.Popen[bytes] | Forked:
+    """``args`` as a process logging to ``log``; ``python -m gateway`` forked from the run's zygote
+    when there is one (``tests/zygote.py``)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'gateway'}",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
     env.pop("DATABASE_URL", None)
-    return subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    forked = forked_gateway(args[3:], env, log) if args[1:3] == ["-m", "gateway"] else None
+    return forked or subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"),
+                                      stderr=subprocess.STDOUT)
 
 
-def wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: float,
+def wait_alive(url: str, process: subprocess.Popen[bytes] | Forked, log: Path, started: float,
                path: str = "/health/liveliness") -> float:
     """Seconds from ``started`` until ``url`` answers 200 on ``path`` (the gateway's readiness: it
     listens before it has loaded, issue 59)."""
@@ -36,7 +42,7 @@ def wait_alive(url: str, process: subprocess.Popen[bytes], log: Path, started: f
     raise RuntimeError(f"{url} did not start within {STARTUP_TIMEOUT_S} s:\n{log.read_text()[-3000:]}")
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
+def stop(process: subprocess.Popen[bytes] | Forked) -> None:
     process.terminate()
     try:
         process.wait(20)

@@ -1,0 +1,90 @@
+"""The test run's zygote (``tests/zygote.py``) forks gateways that behave as ``python -m gateway``
+does: in the folder, environment and log they were given, on the arguments, and their exit codes and
+signals reach the test as a ``subprocess.Popen``'s would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.ports import free_port
+from tests.zygote import Forked, end, launch
+
+CONFIG = {"model_list": [{"model_name": "m", "litellm_params": {
+    "model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1", "api_key": "sk-test"}}],
+    "mixpr_settings": {"router": "heuristic"}, "general_settings": {"compression_executor": "thread"}}
+
+
+@pytest.fixture(scope="module")
+def socket_path() -> Iterator[str]:
+    server, path = launch()
+    yield path
+    end(server, path)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **extra}
+
+
+def _ready(port: int, process: Forked) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the forked gateway exited"
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health/readiness").status_code == 200:
+                return
+        except httpx.ConnectError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the forked gateway never got ready")
+
+
+def test_a_forked_gateway_serves_from_its_folder_logs_where_told_and_stops_on_sigterm(
+        socket_path: str, tmp_path: Path) -> None:
+    (tmp_path / "relative.yaml").write_text(yaml.safe_dump(CONFIG))
+    port, log = free_port(), tmp_path / "gateway.log"
+    os.chdir(tmp_path)  # the config's relative path resolves in the folder the start was asked from
+    try:
+        argv = ["--config", "relative.yaml", "--port", str(port), "--log-level", "info"]
+        process = Forked(socket_path, argv, _env(), log)
+    finally:
+        os.chdir(Path(__file__).resolve().parents[1])
+    assert process.pid not in (os.getpid(), None)
+    _ready(port, process)
+    assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"][0]["id"] == "m"
+    process.send_signal(signal.SIGTERM)
+    # As from `python -m gateway`: uvicorn shuts down, then raises the signal again (exit 143 in a shell).
+    assert process.wait(30) == -signal.SIGTERM and process.returncode == -signal.SIGTERM
+    logged = log.read_text()  # uvicorn's own lines, on the child's stderr
+    assert f"127.0.0.1:{port}" in logged and "Application shutdown complete" in logged
+
+
+def test_a_bad_config_exits_2_with_the_gateways_message(socket_path: str, tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("model_list: 3\n")
+    log = tmp_path / "gateway.log"
+    argv = ["--config", str(tmp_path / "bad.yaml"), "--port", str(free_port())]
+    process = Forked(socket_path, argv, _env(), log)
+    assert process.wait(60) == 2
+    assert log.read_text().startswith("mixpr-gateway: ")
+
+
+def test_sigkill_is_the_exit_code_and_the_environment_is_the_starts(socket_path: str, tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({**CONFIG, "general_settings": {
+        **CONFIG["general_settings"], "master_key": "os.environ/ZYGOTE_TEST_KEY"}}))
+    port = free_port()
+    process = Forked(socket_path, ["--config", str(tmp_path / "config.yaml"), "--port", str(port)],
+                     _env(ZYGOTE_TEST_KEY="sk-from-the-start"), None)
+    _ready(port, process)
+    url = f"http://127.0.0.1:{port}/v1/models"
+    key = {"Authorization": "Bearer sk-from-the-start"}
+    assert httpx.get(url, headers=key, timeout=10).status_code == 200
+    assert httpx.get(url, headers={"Authorization": "Bearer sk-other"}, timeout=10).status_code == 401
+    process.kill()
+    assert process.wait(30) == -signal.SIGKILL

@@ -1,0 +1,206 @@
+"""Gateway processes forked from one process that has already imported the gateway: a zygote, for
+the tests whose gateway needs a process of its own (a restart, replicas, a cold process) but which
+are not about how a process starts (``tests/gateway/test_startup.py`` still starts fresh ones).
+
+Each ``python -m gateway`` spent about 3.5 of its 5 to 7 CPU-seconds importing LiteLLM, the openai
+SDK and FastAPI before it could answer (issue 59), and ``make test`` started a dozen of them on two
+cores. Loaded with ``-p tests.zygote`` (``make test``), this plugin starts one zygote per test run,
+in the controller, beside the workers' collection: it imports ``gateway.app`` once, then forks one
+child per start. A child is a real process (its own pid, sockets, signals and exit code); it swaps
+in the environment, folder and log the test gave and runs ``gateway.__main__.main``, as
+``python -m gateway`` would after its imports. ``tests/gateway/processes.py`` asks the zygote when
+``$MIXPR_TEST_ZYGOTE`` names its socket, and starts a fresh interpreter otherwise (benches, a run
+without the plugin).
+
+The zygote is single-threaded when it forks (checked), and talks over a Unix socket, one JSON line
+each way per request: ``start`` (it forks, answers the pid) and ``poll`` (the exit code, or null).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ENV = "MIXPR_TEST_ZYGOTE"  # the socket of this run's zygote
+ROOT = Path(__file__).resolve().parents[1]
+CONNECT_TIMEOUT_S = 180  # its import: seconds when idle, a minute beside three collecting workers
+_STARTED: list[tuple[subprocess.Popen[bytes], str]] = []
+
+
+def pytest_configure(config: Any) -> None:
+    """In the controller (or a run without xdist) only: the workers inherit the socket's path."""
+    if hasattr(config, "workerinput") or os.environ.get(ENV):
+        return
+    server, path = launch()
+    _STARTED.append((server, path))
+    os.environ[ENV] = path
+
+
+def pytest_unconfigure(config: Any) -> None:
+    for server, path in _STARTED:
+        end(server, path)
+        os.environ.pop(ENV, None)
+    _STARTED.clear()
+
+
+def launch() -> tuple[subprocess.Popen[bytes], str]:
+    """A zygote, and the socket it will listen on once it has imported the gateway."""
+    path = os.path.join(tempfile.mkdtemp(prefix="mixpr-zygote-"), "socket")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    server = subprocess.Popen([sys.executable, "-c", f"from tests.zygote import serve; serve({path!r})"],
+                              cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+    return server, path
+
+
+def end(server: subprocess.Popen[bytes], path: str) -> None:
+    server.terminate()
+    server.wait(30)
+    Path(path).unlink(missing_ok=True)
+    Path(path).parent.rmdir()
+
+
+def forked_gateway(argv: list[str], env: dict[str, str], log: Path | None) -> Forked | None:
+    """``python -m gateway <argv>`` forked from this run's zygote, its stderr appended to ``log``
+    (None: discarded); None when the run has no zygote."""
+    path = os.environ.get(ENV)
+    return Forked(path, argv, env, log) if path else None
+
+
+class Forked:
+    """A gateway the zygote forked, behind ``subprocess.Popen``'s face: ``pid``, ``returncode``,
+    ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``. Signals go to it directly; its exit
+    code comes from the zygote, its parent."""
+
+    def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log: Path | None) -> None:
+        self._socket = socket_path
+        request: dict[str, Any] = {"op": "start", "argv": argv, "env": env, "cwd": os.getcwd(),
+                                   "log": str(log) if log is not None else None}
+        self.pid: int = ask(socket_path, request)["pid"]
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = ask(self._socket, {"op": "poll", "pid": self.pid})["returncode"]
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"gateway {self.pid}", timeout or 0)
+            time.sleep(0.05)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def ask(path: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The zygote's answer to one request; waits for its socket while it imports."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(60)
+                conn.connect(path)
+                conn.sendall(json.dumps(request).encode() + b"\n")
+                with conn.makefile("rb") as answer:
+                    line = answer.readline()
+            break
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no test zygote on {path} after {CONNECT_TIMEOUT_S} s") from None
+            time.sleep(0.1)
+    reply: dict[str, Any] = json.loads(line)
+    if "error" in reply:
+        raise RuntimeError(f"the test zygote: {reply['error']}")
+    return reply
+
+
+def serve(path: str) -> None:
+    """The zygote: import once, then fork a gateway per ``start``; exits with the run (its parent)."""
+    import gateway.__main__  # noqa: F401  what every start imports, paid here once
+    import gateway.app  # noqa: F401
+
+    parent = os.getppid()
+    ended: dict[int, int] = {}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path + ".new")
+        os.rename(path + ".new", path)  # clients connect only once it listens
+        listener.listen(64)
+        listener.settimeout(5)
+        while os.getppid() == parent:
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                request = json.loads(conn.makefile("rb").readline())
+                if request["op"] == "start":
+                    reply = _fork(request, listener, conn)
+                else:
+                    reply = _poll(request["pid"], ended)
+                conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def _fork(request: dict[str, Any], *held: socket.socket) -> dict[str, Any]:
+    if threading.active_count() != 1:  # a thread's locks would stay locked in the child
+        return {"error": f"{threading.active_count()} threads in the zygote: it cannot fork safely"}
+    pid = os.fork()
+    if pid:
+        return {"pid": pid}
+    for sock in held:
+        sock.close()
+    _become(request)
+    raise AssertionError("unreachable")
+
+
+def _become(request: dict[str, Any]) -> None:
+    """In the child: the test's folder, environment and log, then the gateway's own entry point. Its
+    exit (SystemExit) unwinds to the interpreter's, as ``python -m gateway``'s does: atexit runs."""
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    # The interpreter read $PYTHONPATH when the zygote started; a start's own entries go first, as
+    # they would in a fresh one.
+    for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
+        if entry:
+            sys.path.insert(0, entry)
+    null = os.open(os.devnull, os.O_RDWR)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND) if request["log"] else null
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.dup2(log, 2)
+    from gateway.__main__ import main
+
+    sys.argv = [main.__module__, *request["argv"]]
+    sys.exit(main(request["argv"]))
+
+
+def _poll(pid: int, ended: dict[int, int]) -> dict[str, Any]:
+    if pid not in ended:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return {"error": f"{pid} is not a child of the zygote"}
+        if not done:
+            return {"returncode": None}
+        ended[pid] = os.waitstatus_to_exitcode(status)
+    return {"returncode": ended[pid]}
