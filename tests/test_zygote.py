@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.ports import free_port
-from tests.zygote import Forked, end, launch
+from tests.zygote import ENV, Forked, end, launch
 
 CONFIG = {"model_list": [{"model_name": "m", "litellm_params": {
     "model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1", "api_key": "sk-test"}}],
@@ -24,6 +24,10 @@ CONFIG = {"model_list": [{"model_name": "m", "litellm_params": {
 
 @pytest.fixture(scope="module")
 def socket_path() -> Iterator[str]:
+    """The run's zygote (``-p tests.zygote``), else one of this module's own."""
+    if os.environ.get(ENV):
+        yield os.environ[ENV]
+        return
     server, path = launch()
     yield path
     end(server, path)

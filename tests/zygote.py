@@ -69,11 +69,13 @@ def end(server: subprocess.Popen[bytes], path: str) -> None:
     Path(path).parent.rmdir()
 
 
-def forked_gateway(argv: list[str], env: dict[str, str], log: Path | None) -> Forked | None:
-    """``python -m gateway <argv>`` forked from this run's zygote, its stderr appended to ``log``
-    (None: discarded); None when the run has no zygote."""
+def forked_gateway(argv: list[str], env: dict[str, str], log: Path | None, *, code: str | None = None,
+                   cwd: Path | None = None) -> Forked | None:
+    """``python -m gateway <argv>`` forked from this run's zygote, or ``python -c <code> <argv>`` (a
+    launcher that patches the gateway, then calls its ``main``); its stderr appended to ``log`` (None:
+    discarded), in ``cwd`` (default: the caller's). None when the run has no zygote."""
     path = os.environ.get(ENV)
-    return Forked(path, argv, env, log) if path else None
+    return Forked(path, argv, env, log, code=code, cwd=cwd) if path else None
 
 
 class Forked:
@@ -81,10 +83,11 @@ class Forked:
     ``poll``, ``wait``, ``send_signal``, ``terminate``, ``kill``. Signals go to it directly; its exit
     code comes from the zygote, its parent."""
 
-    def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log: Path | None) -> None:
+    def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log: Path | None, *,
+                 code: str | None = None, cwd: Path | None = None) -> None:
         self._socket = socket_path
-        request: dict[str, Any] = {"op": "start", "argv": argv, "env": env, "cwd": os.getcwd(),
-                                   "log": str(log) if log is not None else None}
+        request: dict[str, Any] = {"op": "start", "argv": argv, "env": env, "cwd": str(cwd or os.getcwd()),
+                                   "log": str(log) if log is not None else None, "code": code}
         self.pid: int = ask(socket_path, request)["pid"]
         self.returncode: int | None = None
 
@@ -188,6 +191,10 @@ def _become(request: dict[str, Any]) -> None:
     os.dup2(null, 0)
     os.dup2(null, 1)
     os.dup2(log, 2)
+    if request.get("code") is not None:  # as ``python -c``: its own module, argv[0] "-c"
+        sys.argv = ["-c", *request["argv"]]
+        exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+        sys.exit(0)
     from gateway.__main__ import main
 
     sys.argv = [main.__module__, *request["argv"]]

@@ -24,6 +24,7 @@ import yaml
 
 from gateway.config import ENV_PREFIX
 from tests.ports import free_port
+from tests.zygote import Forked, forked_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
@@ -115,11 +116,14 @@ def test_the_probes_answer_on_a_gateway_run_as_the_pod_runs_it(rendered, tmp_pat
     args = container(rendered)["args"]
     assert args[0] == "mixpr-gateway"
     port = free_port()
-    argv = [sys.executable, "-m", "gateway", *_replace(args[1:], {"--config": str(config),
-                                                                 "--host": "127.0.0.1", "--port": str(port)})]
+    argv = _replace(args[1:], {"--config": str(config), "--host": "127.0.0.1", "--port": str(port)})
     env = {k: v for k, v in os.environ.items() if k != "MIXPR_MASTER_KEY"} | keys
-    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, cwd=tmp_path)
+    log = tmp_path / "stderr.log"
+    process = forked_gateway(argv, env, log, cwd=tmp_path)  # the tests' zygote (tests/zygote.py)
+    if process is None:
+        with log.open("wb") as stderr:
+            process = subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env, cwd=tmp_path,
+                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, trust_env=False) as http:
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
@@ -131,8 +135,9 @@ def test_the_probes_answer_on_a_gateway_run_as_the_pod_runs_it(rendered, tmp_pat
             assert models and all(m["id"] != "local" for m in models)  # the embedded model is for laptops
     finally:
         process.terminate()
-        _, stderr = process.communicate(timeout=60)
-    assert b"Traceback" not in stderr, stderr.decode()[-2000:]
+        process.wait(60)
+    stderr = log.read_text(errors="replace") if log.exists() else ""
+    assert "Traceback" not in stderr, stderr[-2000:]
 
 
 def _replace(args: list[str], values: dict[str, str]) -> list[str]:
@@ -143,7 +148,7 @@ def _replace(args: list[str], values: dict[str, str]) -> list[str]:
     return out
 
 
-def _eventually_ok(http: httpx.Client, path: str, process: subprocess.Popen[bytes]) -> bool:
+def _eventually_ok(http: httpx.Client, path: str, process: subprocess.Popen[bytes] | Forked) -> bool:
     deadline = time.monotonic() + 240  # imports LiteLLM, then starts the compression workers
     while time.monotonic() < deadline and process.poll() is None:
         with contextlib.suppress(httpx.HTTPError):

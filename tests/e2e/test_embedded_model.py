@@ -23,6 +23,7 @@ import yaml
 
 from mixpr.tokens import count_tokens
 from tests.ports import free_port
+from tests.zygote import forked_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
 # Three of the longest topics of the Python language reference, which every CPython ships: 151k
@@ -68,12 +69,13 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "MIXPR_MASTER_KEY"}
     log_path = folder / "gateway.log"
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--config", str(config_path), "--host", "127.0.0.1",
-             "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT,
-        )  # fmt: skip
+    argv = ["--config", str(config_path), "--host", "127.0.0.1", "--port", str(port)]
+    log_path.touch()
+    process = forked_gateway(argv, env, log_path, cwd=ROOT)  # the tests' zygote (tests/zygote.py)
+    if process is None:
+        with log_path.open("wb") as log:
+            process = subprocess.Popen([sys.executable, "-m", "gateway", *argv], stdout=log,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     GATEWAY_PID[url] = process.pid
     try:

@@ -20,6 +20,20 @@ from tests.zygote import Forked, forked_gateway
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def run_gateway(argv: list[str], env: dict[str, str], folder: Path, timeout: float = 240) -> tuple[int, str]:
+    """``python -m gateway <argv>`` run to its exit, forked from the run's zygote when there is one:
+    its exit code and what it wrote to stderr (kept in ``folder``)."""
+    log = folder / "gateway-stderr.log"
+    log.unlink(missing_ok=True)
+    forked = forked_gateway(argv, env, log)
+    if forked is None:
+        done = subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+        return done.returncode, done.stderr
+    code = forked.wait(timeout)
+    return code, log.read_text() if log.exists() else ""
+
+
 class GatewayProcess:
     """One gateway process; its log (stderr) goes to ``log`` when given, else nowhere; ``port``: a
     given one (a restart where the load balancer expects it), else a free one."""

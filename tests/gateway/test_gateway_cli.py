@@ -1,7 +1,9 @@
-"""``python -m gateway``: a clear one-line failure on a bad config, and a real start-up."""
+"""``python -m gateway``: a clear one-line failure on a bad config (forked from the tests' zygote), and
+a real start-up (a fresh interpreter: it listens before it has imported the gateway, issue 59)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -9,17 +11,17 @@ from pathlib import Path
 
 import httpx
 from conftest import closed_port
+from processes import run_gateway
 
 
 def test_bad_config_exits_with_a_clear_message(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("model_list:\n  - model_name: m\n    litellm_params: {}\n")
-    done = subprocess.run([sys.executable, "-m", "gateway", "--config", str(config)],
-                          capture_output=True, text=True, timeout=240)
-    assert done.returncode == 2
-    assert done.stderr == (f"mixpr-gateway: {config}: invalid configuration\n"
-                           "  model_list.0.litellm_params: Value error, litellm_params.model is required "
-                           "(e.g. openai/gpt-4o-mini)\n")
+    code, stderr = run_gateway(["--config", str(config)], dict(os.environ), tmp_path)
+    assert code == 2
+    assert stderr == (f"mixpr-gateway: {config}: invalid configuration\n"
+                      "  model_list.0.litellm_params: Value error, litellm_params.model is required "
+                      "(e.g. openai/gpt-4o-mini)\n")
 
 
 def test_serves_models_on_the_given_port(tmp_path: Path) -> None:

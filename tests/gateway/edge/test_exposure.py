@@ -1,6 +1,7 @@
 """Who can reach the gateway (``gateway.edge.exposure``): no open proxy, no DNS rebinding.
 
-Start-up is tested with real ``python -m gateway`` processes; they refuse before binding, so no
+Start-up is tested with real ``python -m gateway`` processes (forked from the tests' zygote,
+``tests/zygote.py``); they refuse before binding, so no
 test listens beyond 127.0.0.1. The Host check is tested over real HTTP on the shared gateway,
 which listens on 127.0.0.1.
 """
@@ -9,12 +10,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import httpx
 import pytest
 from conftest import MASTER_KEY, closed_port
+from processes import run_gateway
 
 from gateway.config import ConfigError, parse_config
 from gateway.edge.exposure import check_bind
@@ -32,9 +33,9 @@ def _start(tmp_path: Path, host: str, key: str | None) -> tuple[subprocess.Compl
     if key is not None:
         env["MIXPR_MASTER_KEY"] = key
     port = closed_port()
-    done = subprocess.run([sys.executable, "-m", "gateway", "--config", str(config), "--host", host,
-                           "--port", str(port)], capture_output=True, text=True, timeout=240, env=env)
-    return done, port
+    argv = ["--config", str(config), "--host", host, "--port", str(port)]
+    code, stderr = run_gateway(argv, env, tmp_path)
+    return subprocess.CompletedProcess(argv, code, "", stderr), port
 
 
 @pytest.mark.parametrize("key", [None, ""])

@@ -22,6 +22,8 @@ import pytest
 from conftest import closed_port
 from fake_upstream import FakeUpstream
 
+from tests.zygote import Forked, forked_gateway
+
 SECRET = "the-launch-code-is-4711"  # prompt text that must never reach the log by default
 REPO = Path(__file__).resolve().parents[3]
 FAULTY_GATEWAY = """
@@ -65,7 +67,7 @@ sys.exit(main())
 class Gateway:
     """A gateway process whose stderr goes to a file; ``new_log`` is what it wrote since the last call."""
 
-    def __init__(self, url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    def __init__(self, url: str, process: subprocess.Popen[bytes] | Forked, log: Path) -> None:
         self.url, self.process, self.log = url, process, log
         self.read = 0
 
@@ -102,11 +104,15 @@ def start(folder: Path, upstream: FakeUpstream, log_level: str) -> Gateway:
                                                        "compression_executor": "thread"}}))
     port = closed_port()
     log = folder / "stderr.log"
+    log.touch()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
-    with log.open("wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-c", FAULTY_GATEWAY, "--config", str(config), "--port", str(port),
-             "--log-level", log_level], stdout=subprocess.DEVNULL, stderr=stderr, cwd=REPO, env=env)
+    argv = ["--config", str(config), "--port", str(port), "--log-level", log_level]
+    process: subprocess.Popen[bytes] | Forked | None = forked_gateway(argv, env, log, code=FAULTY_GATEWAY,
+                                                                       cwd=REPO)
+    if process is None:  # no zygote: its own interpreter
+        with log.open("wb") as stderr:
+            process = subprocess.Popen([sys.executable, "-c", FAULTY_GATEWAY, *argv], cwd=REPO, env=env,
+                                       stdout=subprocess.DEVNULL, stderr=stderr)
     gateway = Gateway(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + 240  # imports LiteLLM: minutes on a busy 2-core machine
     while True:
@@ -218,8 +224,8 @@ def test_anthropic_clients_get_their_own_error_shape(gateway: Gateway) -> None:
 
 
 def test_debug_logging_shows_the_traceback(tmp_path: Path, upstream: FakeUpstream) -> None:
-    """Its own gateway process, for the log level is a process flag: seconds to import, a minute under
-    load."""
+    """Its own gateway process, for the log level is a process flag (forked from the tests' zygote,
+    which imported the gateway: seconds, not the minute a fresh import took under load)."""
     gateway = start(tmp_path, upstream, "debug")
     try:
         assert ask(gateway, "bug").status_code == 500
