@@ -261,7 +261,7 @@ class Workers:
             started = await asyncio.to_thread(executor.submit, _started, parent, self._warm_up, env)
             pid = await asyncio.wrap_future(started)
         except BaseException:
-            executor.shutdown(wait=False, cancel_futures=True)
+            _kill_starting(executor)  # cancelled (a close) or failed: a worker it forked goes with it
             raise
         finally:
             self._spawning.discard(executor)
@@ -375,11 +375,15 @@ def _kill(pid: int) -> None:
 
 def _kill_starting(executor: concurrent.futures.Executor) -> None:
     """A worker closed while it still imports and warms: killed, for nothing waits for its job, and the
-    process's exit would otherwise wait seconds for its warm-up (a failed start, a stop mid-start)."""
-    processes = getattr(executor, "_processes", None) or {}  # ProcessPoolExecutor's pid -> Process
-    for process in list(processes.values()):
-        process.kill()
+    process's exit would otherwise wait seconds for its warm-up (a failed start, a stop mid-start).
+
+    The fork server forks a worker before the executor records it, inside ``submit``, which holds the
+    executor's lock throughout: the table is taken first, the shutdown waits for that lock, and what
+    the table holds then is killed, so a worker forked as the pool closed goes too."""
+    processes = getattr(executor, "_processes", None)  # ProcessPoolExecutor's pid -> Process
     executor.shutdown(wait=False, cancel_futures=True)
+    for process in list((processes or {}).values()):
+        process.kill()
 
 
 def _context(kind: str) -> Any:

@@ -4,7 +4,11 @@ during the warm-up, exits at once rather than after the warm-up (seconds, a minu
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import multiprocessing.process
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -58,3 +62,35 @@ async def test_a_pool_closed_while_warming_kills_its_starting_workers(
     await _until(lambda: not _alive(worker), timeout=10)
     with pytest.raises(asyncio.CancelledError):
         await starting
+
+
+async def test_a_pool_closed_while_the_executor_records_a_forked_worker_kills_it_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fork server forks a worker before the executor records it (``Process.start`` returns, then
+    the table gets its pid): a close in between found no process to kill, and the worker warmed on."""
+    hold = tmp_path / "hold"
+    Path(str(hold) + START_SUFFIX).touch()
+    monkeypatch.setenv(TEST_HOLD_ENV, str(hold))
+    forked = threading.Event()
+    start = multiprocessing.process.BaseProcess.start
+
+    def slow_to_record(process: multiprocessing.process.BaseProcess) -> None:
+        start(process)
+        forked.set()
+        time.sleep(2)  # the worker runs; the executor has not recorded it yet
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", slow_to_record)
+    before = _spawned_children()
+    workers = Workers(workers=1, executor="process")
+    starting = asyncio.ensure_future(workers.start(_warm_up, False))
+    await _until(forked.is_set)
+    [worker] = _spawned_children() - before
+    try:
+        workers.close()
+        await _until(lambda: not _alive(worker), timeout=10)
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker, signal.SIGKILL)  # when the test fails: no worker left warming
