@@ -18,6 +18,7 @@ each way per request: ``start`` (it forks, answers the pid) and ``poll`` (the ex
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -76,6 +77,21 @@ def forked_gateway(argv: list[str], env: dict[str, str], log: Path | None, *, co
     discarded), in ``cwd`` (default: the caller's). None when the run has no zygote."""
     path = os.environ.get(ENV)
     return Forked(path, argv, env, log, code=code, cwd=cwd) if path else None
+
+
+def gateway_process(argv: list[str], env: dict[str, str], log: Path | None, *, code: str | None = None,
+                    cwd: Path | None = None, fresh: bool = False) -> subprocess.Popen[bytes] | Forked:
+    """``python -m gateway <argv>`` (or ``python -c <code> <argv>``) as a process whose stderr goes to
+    ``log`` (None: nowhere) and stdout nowhere: forked from the run's zygote when there is one, unless
+    ``fresh`` (a test about the start itself), else a new interpreter."""
+    forked = None if fresh else forked_gateway(argv, env, log, code=code, cwd=cwd)
+    if forked is not None:
+        return forked
+    launcher = ["-c", code] if code is not None else ["-m", "gateway"]
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("ab")) if log is not None else subprocess.DEVNULL
+        return subprocess.Popen([sys.executable, *launcher, *argv], env=env, cwd=cwd,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 class Forked:

@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ import yaml
 
 from gateway.config import ENV_PREFIX
 from tests.ports import free_port
-from tests.zygote import Forked, forked_gateway
+from tests.zygote import Forked, gateway_process
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
@@ -119,11 +118,7 @@ def test_the_probes_answer_on_a_gateway_run_as_the_pod_runs_it(rendered, tmp_pat
     argv = _replace(args[1:], {"--config": str(config), "--host": "127.0.0.1", "--port": str(port)})
     env = {k: v for k, v in os.environ.items() if k != "MIXPR_MASTER_KEY"} | keys
     log = tmp_path / "stderr.log"
-    process = forked_gateway(argv, env, log, cwd=tmp_path)  # the tests' zygote (tests/zygote.py)
-    if process is None:
-        with log.open("wb") as stderr:
-            process = subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env, cwd=tmp_path,
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+    process = gateway_process(argv, env, log, cwd=tmp_path)  # from the tests' zygote (tests/zygote.py)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10, trust_env=False) as http:
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

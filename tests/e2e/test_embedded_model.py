@@ -11,7 +11,6 @@ import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ import yaml
 
 from mixpr.tokens import count_tokens
 from tests.ports import free_port
-from tests.zygote import forked_gateway
+from tests.zygote import gateway_process
 
 ROOT = Path(__file__).resolve().parents[2]
 # Three of the longest topics of the Python language reference, which every CPython ships: 151k
@@ -71,11 +70,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = folder / "gateway.log"
     argv = ["--config", str(config_path), "--host", "127.0.0.1", "--port", str(port)]
     log_path.touch()
-    process = forked_gateway(argv, env, log_path, cwd=ROOT)  # the tests' zygote (tests/zygote.py)
-    if process is None:
-        with log_path.open("wb") as log:
-            process = subprocess.Popen([sys.executable, "-m", "gateway", *argv], stdout=log,
-                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=ROOT)
+    process = gateway_process(argv, env, log_path, cwd=ROOT)  # from the tests' zygote (tests/zygote.py)
     url = f"http://127.0.0.1:{port}"
     GATEWAY_PID[url] = process.pid
     try:

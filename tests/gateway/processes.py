@@ -7,30 +7,23 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import IO
 
 import httpx
 from conftest import closed_port
 
-from tests.zygote import Forked, forked_gateway
+from tests.zygote import gateway_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_gateway(argv: list[str], env: dict[str, str], folder: Path, timeout: float = 240) -> tuple[int, str]:
-    """``python -m gateway <argv>`` run to its exit, forked from the run's zygote when there is one:
+    """``python -m gateway <argv>`` run to its exit (forked from the run's zygote when there is one):
     its exit code and what it wrote to stderr (kept in ``folder``)."""
     log = folder / "gateway-stderr.log"
     log.unlink(missing_ok=True)
-    forked = forked_gateway(argv, env, log)
-    if forked is None:
-        done = subprocess.run([sys.executable, "-m", "gateway", *argv], capture_output=True, text=True,
-                              timeout=timeout, env=env)
-        return done.returncode, done.stderr
-    code = forked.wait(timeout)
+    code = gateway_process(argv, env, log).wait(timeout)
     return code, log.read_text() if log.exists() else ""
 
 
@@ -49,15 +42,7 @@ class GatewayProcess:
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
         argv = ["--config", str(config), "--port", str(self.port), "--log-level", "warning"]
-        self._log: IO[bytes] | None = None
-        self.process: subprocess.Popen[bytes] | Forked
-        forked = None if fresh else forked_gateway(argv, env, log)
-        if forked is not None:
-            self.process = forked
-            return
-        self._log = log.open("ab") if log is not None else None
-        self.process = subprocess.Popen([sys.executable, "-m", "gateway", *argv], env=env,
-                                        stdout=subprocess.DEVNULL, stderr=self._log or subprocess.DEVNULL)
+        self.process = gateway_process(argv, env, log, fresh=fresh)
 
     @property
     def url(self) -> str:
@@ -81,11 +66,9 @@ class GatewayProcess:
         """SIGKILL: requests in flight get a closed connection, as when a node dies."""
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
-        self._close_log()
 
     def stop(self) -> None:
         if self.process.poll() is not None:
-            self._close_log()
             return
         self.process.send_signal(signal.SIGTERM)
         try:
@@ -93,10 +76,4 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait(10)
-        self._close_log()
-
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import closed_port
 from fake_upstream import FakeUpstream
 
-from tests.zygote import Forked, forked_gateway
+from tests.zygote import Forked, gateway_process
 
 SECRET = "the-launch-code-is-4711"  # prompt text that must never reach the log by default
 REPO = Path(__file__).resolve().parents[3]
@@ -107,12 +107,7 @@ def start(folder: Path, upstream: FakeUpstream, log_level: str) -> Gateway:
     log.touch()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *sys.path])}
     argv = ["--config", str(config), "--port", str(port), "--log-level", log_level]
-    process: subprocess.Popen[bytes] | Forked | None = forked_gateway(argv, env, log, code=FAULTY_GATEWAY,
-                                                                       cwd=REPO)
-    if process is None:  # no zygote: its own interpreter
-        with log.open("wb") as stderr:
-            process = subprocess.Popen([sys.executable, "-c", FAULTY_GATEWAY, *argv], cwd=REPO, env=env,
-                                       stdout=subprocess.DEVNULL, stderr=stderr)
+    process = gateway_process(argv, env, log, code=FAULTY_GATEWAY, cwd=REPO)  # from the tests' zygote
     gateway = Gateway(f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + 240  # imports LiteLLM: minutes on a busy 2-core machine
     while True:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.zygote import Forked, forked_gateway
+from tests.zygote import Forked, gateway_process
 
 ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
@@ -21,9 +21,10 @@ def start(args: list[str], log: Path) -> subprocess.Popen[bytes] | Forked:
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'gateway'}",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
     env.pop("DATABASE_URL", None)
-    forked = forked_gateway(args[3:], env, log) if args[1:3] == ["-m", "gateway"] else None
-    return forked or subprocess.Popen(args, cwd=ROOT, env=env, stdout=log.open("wb"),
-                                      stderr=subprocess.STDOUT)
+    if args[1:3] == ["-m", "gateway"]:
+        return gateway_process(args[3:], env, log, cwd=ROOT)
+    with log.open("wb") as out:
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
 
 def wait_alive(url: str, process: subprocess.Popen[bytes] | Forked, log: Path, started: float,
