@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -59,6 +60,26 @@ def pytest_configure(config: Any) -> None:
             server, path = launch(kind)
             _STARTED.append((server, path, kind))
             os.environ[kind] = path
+            if kind == ENV and _cold():
+                _listening(server, path)  # the workers start once it has imported the gateway
+
+
+def _listening(server: subprocess.Popen[bytes], path: str) -> None:
+    """Until the zygote listens (it binds once it has imported), exits, or takes too long; a zygote that
+    failed fails the tests that ask it."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while not os.path.exists(path) and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _cold() -> bool:
+    """Whether the gateway's imports have no bytecode yet (a fresh clone or venv) and this run writes
+    it. The zygote and three workers would each compile LiteLLM and the openai SDK at once, 6 CPU-s
+    apiece; the workers wait for the zygote instead, and read what it wrote."""
+    litellm = importlib.util.find_spec("litellm")  # found, not imported
+    sources = [ROOT / "gateway" / "app.py", *([Path(litellm.origin)] if litellm and litellm.origin else [])]
+    return not sys.dont_write_bytecode and not all(
+        Path(importlib.util.cache_from_source(str(source))).exists() for source in sources)
 
 
 def pytest_unconfigure(config: Any) -> None:
