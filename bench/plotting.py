@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
-
-from bench.cli import format_size  # noqa: E402
+from bench.cli import format_size
 
 _STYLES = [
     {"marker": "o", "lw": 3.5, "ms": 8, "alpha": 0.6},
@@ -19,10 +15,22 @@ _STYLES = [
 ]
 
 
+@cache
+def _pyplot():
+    """matplotlib.pyplot, headless, imported by the first plot: the benches and their tests import this
+    module, and most of them draw nothing."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # the backend is chosen before pyplot is imported
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def quality_plot(family_means: dict, methods: list[str], path: Path) -> None:
     """One panel per family: mean score vs context length, one line per method."""
     families = sorted({fam for fam, _, _ in family_means}, key=["single", "multi", "global"].index)
-    fig, axes = plt.subplots(1, len(families), figsize=(5 * len(families), 4), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(families), figsize=(5 * len(families), 4), squeeze=False)
     for ax, fam in zip(axes[0], families, strict=True):
         lengths = sorted({n for f, n, _ in family_means if f == fam})
         for i, method in enumerate(methods):
@@ -44,7 +52,7 @@ def speed_plot(rows: list[dict], path: Path) -> None:
     """Log-log seconds vs tokens: total, each stage, and plain tiktoken counting of the same text."""
     rows = sorted(rows, key=lambda r: r["tokens"])
     xs = [r["tokens"] for r in rows]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = _pyplot().subplots(figsize=(7, 4.5))
     ax.plot(xs, [r["total_ms"] / 1000 for r in rows], marker="o", lw=2, label="compress total")
     for stage in ("chunk", "count", "embed", "rank", "select"):
         ys = [r["stages_ms"].get(stage) for r in rows]
@@ -62,7 +70,7 @@ def speed_plot(rows: list[dict], path: Path) -> None:
 
 def real_docs_plot(cells: dict, groups: list[tuple[str, str, int]], methods: list[str], path: Path) -> None:
     """Grouped bars: evidence recall per (file, setting, budget), one bar per method."""
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups)), 4))
+    fig, ax = _pyplot().subplots(figsize=(max(6, 1.6 * len(groups)), 4))
     width = 0.8 / len(methods)
     for i, method in enumerate(methods):
         ys = [cells.get((f, s, b, method), 0.0) for f, s, b in groups]
@@ -79,7 +87,7 @@ def real_docs_plot(cells: dict, groups: list[tuple[str, str, int]], methods: lis
 
 def budget_curve_plot(cells: dict, files: list[str], methods: list[str], path: Path) -> None:
     """Evidence recall on single documents against the token budget, one panel per file."""
-    fig, axes = plt.subplots(1, len(files), figsize=(4.5 * len(files), 4), squeeze=False)
+    fig, axes = _pyplot().subplots(1, len(files), figsize=(4.5 * len(files), 4), squeeze=False)
     for ax, file in zip(axes[0], files, strict=True):
         budgets = sorted({b for f, s, b, _ in cells if f == file and s == "single"})
         for i, method in enumerate(methods):
@@ -100,4 +108,4 @@ def _save(fig, path: Path) -> None:
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _pyplot().close(fig)

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.ports import free_port
-from tests.zygote import ENV, Forked, end, launch
+from tests.zygote import ENV, Forked, end, launch, litellm_process
 
 CONFIG = {"model_list": [{"model_name": "m", "litellm_params": {
     "model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1", "api_key": "sk-test"}}],
@@ -92,3 +92,16 @@ def test_sigkill_is_the_exit_code_and_the_environment_is_the_starts(socket_path:
     assert httpx.get(url, headers={"Authorization": "Bearer sk-other"}, timeout=10).status_code == 401
     process.kill()
     assert process.wait(30) == -signal.SIGKILL
+
+
+def test_the_litellm_zygote_holds_the_proxy_and_nothing_of_the_gateway(tmp_path: Path) -> None:
+    """What the plug-in's host checks rest on (``tests/gateway/plugins/test_plugin_host.py``): a start
+    that has loaded LiteLLM's proxy has not loaded the gateway, whose plug-in it must import itself; its
+    stdout and exit code reach the test. The run's zygote when there is one, else a fresh interpreter."""
+    code = ("import sys, litellm.proxy.proxy_server\n"
+            "print([m for m in sys.modules if m.split('.')[0] in ('gateway', 'mixpr')], sys.argv[1:])\n"
+            "sys.exit(3)")
+    out = tmp_path / "stdout"
+    process = litellm_process(["--flag"], _env(), tmp_path / "stderr", code=code, cwd=tmp_path, stdout=out)
+    assert process.wait(300) == 3, (tmp_path / "stderr").read_text()
+    assert out.read_text() == "[] ['--flag']\n"

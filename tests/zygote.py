@@ -12,13 +12,20 @@ in the environment, folder and log the test gave and runs ``gateway.__main__.mai
 ``$MIXPR_TEST_ZYGOTE`` names its socket, and starts a fresh interpreter otherwise (benches, a run
 without the plugin).
 
-The zygote is single-threaded when it forks (checked), and talks over a Unix socket, one JSON line
+A second zygote does the same for LiteLLM's proxy (``litellm --config ...``, and the scripts that
+need what a proxy has loaded): importing ``litellm.proxy.proxy_server`` costs 12 CPU-seconds, and the
+plug-in's tests start three such processes. It imports at its first start, so a run that starts
+none pays nothing; it never imports the gateway, whose plug-in the proxy loads itself.
+
+A zygote is single-threaded when it forks (checked), and talks over a Unix socket, one JSON line
 each way per request: ``start`` (it forks, answers the pid) and ``poll`` (the exit code, or null).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import json
 import os
 import signal
@@ -31,35 +38,68 @@ import time
 from pathlib import Path
 from typing import Any
 
-ENV = "MIXPR_TEST_ZYGOTE"  # the socket of this run's zygote
+ENV = "MIXPR_TEST_ZYGOTE"  # the socket of this run's gateway zygote
+LITELLM_ENV = "MIXPR_TEST_LITELLM_ZYGOTE"  # the socket of its LiteLLM-proxy zygote
+# What each zygote imports once, and whether before its first start (the gateway's: most runs start
+# some) or at it (the proxy's).
+PRELOADS = {ENV: (("gateway.__main__", "gateway.app"), False),
+            LITELLM_ENV: (("litellm.proxy.proxy_cli", "litellm.proxy.proxy_server"), True)}
+# ``litellm <argv>``, as the console script runs it, from a process that has imported LiteLLM's proxy.
+RUN_PROXY = "import sys\nfrom litellm import run_server\nsys.exit(run_server())"
 ROOT = Path(__file__).resolve().parents[1]
 CONNECT_TIMEOUT_S = 180  # its import: seconds when idle, a minute beside three collecting workers
-_STARTED: list[tuple[subprocess.Popen[bytes], str]] = []
+_STARTED: list[tuple[subprocess.Popen[bytes], str, str]] = []
 
 
 def pytest_configure(config: Any) -> None:
-    """In the controller (or a run without xdist) only: the workers inherit the socket's path."""
-    if hasattr(config, "workerinput") or os.environ.get(ENV):
+    """In the controller (or a run without xdist) only: the workers inherit the sockets' paths."""
+    if hasattr(config, "workerinput"):
         return
-    server, path = launch()
-    _STARTED.append((server, path))
-    os.environ[ENV] = path
+    for kind in PRELOADS:
+        if not os.environ.get(kind):
+            server, path = launch(kind)
+            _STARTED.append((server, path, kind))
+            os.environ[kind] = path
+            if kind == ENV and _cold():
+                _listening(server, path)  # the workers start once it has imported the gateway
+
+
+def _listening(server: subprocess.Popen[bytes], path: str) -> None:
+    """Until the zygote listens (it binds once it has imported), exits, or takes too long; a zygote that
+    failed fails the tests that ask it."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while not os.path.exists(path) and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _cold() -> bool:
+    """Whether the gateway's imports have no bytecode yet (a fresh clone or venv) and this run writes
+    it. The zygote and three workers would each compile LiteLLM and the openai SDK at once, 6 CPU-s
+    apiece; the workers wait for the zygote instead, and read what it wrote."""
+    litellm = importlib.util.find_spec("litellm")  # found, not imported
+    sources = [ROOT / "gateway" / "app.py", *([Path(litellm.origin)] if litellm and litellm.origin else [])]
+    return not sys.dont_write_bytecode and not all(
+        Path(importlib.util.cache_from_source(str(source))).exists() for source in sources)
 
 
 def pytest_unconfigure(config: Any) -> None:
-    for server, path in _STARTED:
+    for server, path, kind in _STARTED:
         end(server, path)
-        os.environ.pop(ENV, None)
+        os.environ.pop(kind, None)
     _STARTED.clear()
 
 
-def launch() -> tuple[subprocess.Popen[bytes], str]:
-    """A zygote, and the socket it will listen on once it has imported the gateway."""
+def launch(kind: str = ENV) -> tuple[subprocess.Popen[bytes], str]:
+    """A zygote of ``kind`` (``ENV``: the gateway's, ``LITELLM_ENV``: the proxy's), and the socket it
+    will listen on (the gateway's once it has imported the gateway)."""
     path = os.path.join(tempfile.mkdtemp(prefix="mixpr-zygote-"), "socket")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    server = subprocess.Popen([sys.executable, "-c", f"from tests.zygote import serve; serve({path!r})"],
-                              cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+    if kind == LITELLM_ENV:  # as the proxy tests start theirs (tests/gateway/plugins/proxy_processes.py)
+        env["LITELLM_TELEMETRY"] = "False"
+        env.pop("DATABASE_URL", None)
+    code = f"from tests.zygote import serve; serve({path!r}, {kind!r})"
+    server = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
     return server, path
 
 
@@ -79,6 +119,17 @@ def forked_gateway(argv: list[str], env: dict[str, str], log: Path | None, *, co
     return Forked(path, argv, env, log, code=code, cwd=cwd) if path else None
 
 
+def litellm_process(argv: list[str], env: dict[str, str], log: Path | None, *, code: str | None = None,
+                    cwd: Path | None = None, stdout: Path | None = None) -> subprocess.Popen[bytes] | Forked:
+    """``litellm <argv>`` (LiteLLM's proxy), or ``python -c <code> <argv>``, as a process that has
+    imported LiteLLM's proxy: forked from the run's LiteLLM zygote when there is one, else a new
+    interpreter. Its stderr is appended to ``log``, its stdout to ``stdout`` (None: discarded)."""
+    path = os.environ.get(LITELLM_ENV)
+    if path:
+        return Forked(path, argv, env, log, code=code or RUN_PROXY, cwd=cwd, stdout=stdout)
+    return _popen([sys.executable, "-c", code or RUN_PROXY, *argv], env, log, cwd, stdout)
+
+
 def gateway_process(argv: list[str], env: dict[str, str], log: Path | None, *, code: str | None = None,
                     cwd: Path | None = None, fresh: bool = False) -> subprocess.Popen[bytes] | Forked:
     """``python -m gateway <argv>`` (or ``python -c <code> <argv>``) as a process whose stderr goes to
@@ -88,10 +139,15 @@ def gateway_process(argv: list[str], env: dict[str, str], log: Path | None, *, c
     if forked is not None:
         return forked
     launcher = ["-c", code] if code is not None else ["-m", "gateway"]
+    return _popen([sys.executable, *launcher, *argv], env, log, cwd)
+
+
+def _popen(args: list[str], env: dict[str, str], log: Path | None, cwd: Path | None,
+           stdout: Path | None = None) -> subprocess.Popen[bytes]:
     with contextlib.ExitStack() as files:
-        stderr = files.enter_context(log.open("ab")) if log is not None else subprocess.DEVNULL
-        return subprocess.Popen([sys.executable, *launcher, *argv], env=env, cwd=cwd,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
+        err = files.enter_context(log.open("ab")) if log is not None else subprocess.DEVNULL
+        out = files.enter_context(stdout.open("ab")) if stdout is not None else subprocess.DEVNULL
+        return subprocess.Popen(args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
 
 
 class Forked:
@@ -100,10 +156,11 @@ class Forked:
     code comes from the zygote, its parent."""
 
     def __init__(self, socket_path: str, argv: list[str], env: dict[str, str], log: Path | None, *,
-                 code: str | None = None, cwd: Path | None = None) -> None:
+                 code: str | None = None, cwd: Path | None = None, stdout: Path | None = None) -> None:
         self._socket = socket_path
         request: dict[str, Any] = {"op": "start", "argv": argv, "env": env, "cwd": str(cwd or os.getcwd()),
-                                   "log": str(log) if log is not None else None, "code": code}
+                                   "log": str(log) if log is not None else None, "code": code,
+                                   "stdout": str(stdout) if stdout is not None else None}
         self.pid: int = ask(socket_path, request)["pid"]
         self.returncode: int | None = None
 
@@ -137,7 +194,7 @@ def ask(path: str, request: dict[str, Any]) -> dict[str, Any]:
     while True:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.settimeout(60)
+                conn.settimeout(CONNECT_TIMEOUT_S)  # the proxy's zygote imports at its first start
                 conn.connect(path)
                 conn.sendall(json.dumps(request).encode() + b"\n")
                 with conn.makefile("rb") as answer:
@@ -153,11 +210,12 @@ def ask(path: str, request: dict[str, Any]) -> dict[str, Any]:
     return reply
 
 
-def serve(path: str) -> None:
-    """The zygote: import once, then fork a gateway per ``start``; exits with the run (its parent)."""
-    import gateway.__main__  # noqa: F401  what every start imports, paid here once
-    import gateway.app  # noqa: F401
-
+def serve(path: str, kind: str = ENV) -> None:
+    """The zygote: import once (``PRELOADS``), then fork a process per ``start``; exits with the run
+    (its parent)."""
+    modules, deferred = PRELOADS[kind]
+    if not deferred:
+        _load(modules)
     parent = os.getppid()
     ended: dict[int, int] = {}
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
@@ -173,10 +231,16 @@ def serve(path: str) -> None:
             with conn:
                 request = json.loads(conn.makefile("rb").readline())
                 if request["op"] == "start":
+                    _load(modules)  # what every start imports, paid here once
                     reply = _fork(request, listener, conn)
                 else:
                     reply = _poll(request["pid"], ended)
                 conn.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def _load(modules: tuple[str, ...]) -> None:
+    for name in modules:
+        importlib.import_module(name)
 
 
 def _fork(request: dict[str, Any], *held: socket.socket) -> dict[str, Any]:
@@ -203,9 +267,10 @@ def _become(request: dict[str, Any]) -> None:
         if entry:
             sys.path.insert(0, entry)
     null = os.open(os.devnull, os.O_RDWR)
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND) if request["log"] else null
+    log, out = (os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_APPEND) if request.get(name) else null
+                for name in ("log", "stdout"))
     os.dup2(null, 0)
-    os.dup2(null, 1)
+    os.dup2(out, 1)
     os.dup2(log, 2)
     if request.get("code") is not None:  # as ``python -c``: its own module, argv[0] "-c"
         sys.argv = ["-c", *request["argv"]]

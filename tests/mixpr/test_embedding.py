@@ -2,7 +2,6 @@ import re
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.feature_extraction.text import TfidfVectorizer
 
 from mixpr.embedding import count_matrix, counts_and_words, embed
 
@@ -18,6 +17,7 @@ TEXTS = sentences(300, seed=3) + [
 
 
 def test_matches_scikit_learn_tfidf_vectorizer():
+    from sklearn.feature_extraction.text import TfidfVectorizer
     ours = embed(TEXTS)
     # scikit-learn's default pattern, plus lone digits (``mixpr.words``).
     reference = TfidfVectorizer(dtype=np.float32, token_pattern=r"(?u)\b\w\w+\b|\d").fit_transform(TEXTS)

@@ -16,13 +16,9 @@ import os
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from langchain_core.documents import Document
-from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
 
 import mixpr
 from mixpr.engine import join_spans
-from mixpr.integrations.langchain import MixPRCompressor
-from mixpr.integrations.llama_index import MixPRNodePostprocessor
 from mixpr.tokens import count_tokens
 
 from .filler import haystack
@@ -101,6 +97,11 @@ documents = st.lists(texts, min_size=1, max_size=5)
 @example(contents=[haystack(300, {}, 1), haystack(40, {}, 2)], query="What is the vault code?",
          budget=5)  # nothing kept (issue 47)
 def test_the_integrations_return_within_the_budget(contents, query, budget):
+    from langchain_core.documents import Document
+    from llama_index.core.schema import MetadataMode, NodeWithScore, TextNode
+
+    from mixpr.integrations.langchain import MixPRCompressor
+    from mixpr.integrations.llama_index import MixPRNodePostprocessor
     docs = [Document(page_content=c, id=str(i)) for i, c in enumerate(contents)]
     kept = MixPRCompressor(budget_tokens=budget).compress_documents(docs, query)
     assert sum(count_tokens(d.page_content) for d in kept) <= budget

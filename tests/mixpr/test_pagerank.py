@@ -1,4 +1,3 @@
-import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
@@ -16,6 +15,7 @@ def test_two_chunk_graph_by_hand():
 
 
 def test_matches_networkx_on_the_explicit_graph():
+    import networkx as nx
     E = embed(sentences(40, seed=5) + ["gentle harbor question about the river?"])
     M = (E @ E.T).toarray().astype(np.float64)
     graph = nx.from_numpy_array(M, create_using=nx.DiGraph)
@@ -61,6 +61,7 @@ def test_chunks_without_words_send_their_mass_back_to_the_query():
 
 
 def test_along_chain_matches_networkx_on_the_path_graph():
+    import networkx as nx
     p = np.zeros(12)
     p[[3, 9]] = [0.75, 0.25]
     ours = along_chain(p, 0.3, max_iter=200)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-import anthropic
 import pytest
 from conftest import MASTER_KEY, ServerThread
 from fake_anthropic import FakeAnthropic
@@ -38,6 +37,7 @@ def _gateway(fake: FakeAnthropic, **general: object) -> ServerThread:
 
 
 def _send(url: str, betas: list[str]) -> None:
+    import anthropic
     client = anthropic.Anthropic(base_url=url, api_key=MASTER_KEY, max_retries=0)
     client.beta.messages.create(model="claude", max_tokens=20, betas=betas,
                                 messages=[{"role": "user", "content": "hi"}])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-import anthropic
 import httpx
 import pytest
 from conftest import MASTER_KEY, MAX_BODY_BYTES, SMALL_WINDOW
@@ -13,6 +13,9 @@ from corpus import NEEDLE, QUESTION, haystack
 from fake_upstream import REASONING_TEXT, REPLY_TEXT, TOOL_ARGUMENTS, TOOL_CALL_ID, FakeUpstream
 
 from mixpr.tokens import count_tokens
+
+if TYPE_CHECKING:
+    import anthropic
 
 SYSTEM = "You answer questions about the document the user sends."
 TOOLS = [{"name": "search", "description": "Search the archive.",
@@ -22,6 +25,7 @@ HELLO = [{"role": "user", "content": "hello"}]
 
 @pytest.fixture
 def claude(gateway_url: str) -> Iterator[anthropic.Anthropic]:
+    import anthropic
     with anthropic.Anthropic(base_url=gateway_url, api_key=MASTER_KEY, max_retries=0, timeout=30) as c:
         yield c
 
@@ -52,6 +56,7 @@ def test_short_message_is_forwarded_as_chat(claude: anthropic.Anthropic, upstrea
 
 
 def test_bearer_auth_works_too(gateway_url: str) -> None:
+    import anthropic
     with anthropic.Anthropic(base_url=gateway_url, auth_token=MASTER_KEY, max_retries=0) as client:
         message = client.messages.create(model="gpt-test", max_tokens=16, messages=HELLO)
     assert message.content[0].text == REPLY_TEXT
@@ -143,6 +148,7 @@ def test_unparsable_and_oversized_bodies(http: httpx.Client) -> None:
 def test_errors_through_the_sdk(
     claude: anthropic.Anthropic, gateway_url: str, upstream: FakeUpstream
 ) -> None:
+    import anthropic
     with pytest.raises(anthropic.NotFoundError) as missing:
         claude.messages.create(model="no-such-model", max_tokens=5, messages=HELLO)
     assert missing.value.body == _anthropic_error("not_found_error",
@@ -161,6 +167,7 @@ def test_errors_through_the_sdk(
 
 
 def test_failure_after_the_stream_started_is_an_error_event(claude: anthropic.Anthropic) -> None:
+    import anthropic
     kinds = []
     with pytest.raises(anthropic.APIStatusError, match="connection failed"):
         for event in claude.messages.create(model="midstream", max_tokens=5, messages=HELLO, stream=True):
@@ -174,6 +181,7 @@ def test_other_paths_keep_the_openai_error_shape(http: httpx.Client) -> None:
 
 
 def test_mixpr_switches_and_metrics(claude: anthropic.Anthropic, gateway_url: str) -> None:
+    import anthropic
     text = haystack(120, seed=42) + "\n\n" + QUESTION  # ~2k tokens: fits, so only a switch compresses it
     raw = claude.messages.with_raw_response.create(
         model="gpt-test", max_tokens=16, messages=[{"role": "user", "content": text}],

@@ -14,7 +14,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import anthropic
 import httpx
 import openai
 import pytest
@@ -277,6 +276,7 @@ def _anthropic_loop(steps: int, *, error_at: int = -1, mark_at: int = -1) -> lis
 def _messages(
     url: str, upstream: FakeUpstream, blocks: list[dict[str, Any]]
 ) -> tuple[Any, list[dict[str, Any]]]:
+    import anthropic
     upstream.clear()
     with anthropic.Anthropic(base_url=url, api_key=KEY, max_retries=0, timeout=120) as claude:
         raw = claude.messages.with_raw_response.create(
@@ -520,6 +520,7 @@ def test_cached_tokens_reach_the_client_and_the_metrics(
 
 
 def test_anthropic_clients_see_cache_reads(gateway_url: str) -> None:
+    import anthropic
     with anthropic.Anthropic(base_url=gateway_url, api_key=MASTER_KEY, max_retries=0, timeout=30) as claude:
         message = claude.messages.create(
             model="cached", max_tokens=16, messages=[{"role": "user", "content": "hi"}]

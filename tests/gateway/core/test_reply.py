@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import anthropic
 import httpx
 import openai
 import pytest
@@ -25,6 +24,9 @@ from gateway import create_app
 from gateway.config import parse_config
 from gateway.core import reply
 from mixpr.tokens import count_tokens
+
+if TYPE_CHECKING:
+    import anthropic
 
 WINDOW = 32_768
 ASKED = 32_000  # Claude Code's max_tokens for Claude models
@@ -80,6 +82,7 @@ def chat(url: str) -> Iterator[openai.OpenAI]:
 
 @pytest.fixture
 def messages_client(url: str) -> Iterator[anthropic.Anthropic]:
+    import anthropic
     with anthropic.Anthropic(base_url=url, api_key=MASTER_KEY, max_retries=0, timeout=120) as client:
         yield client
 
@@ -222,6 +225,7 @@ def test_never_compressed_parts_too_long_for_the_ceiling_leave_the_least_reply(
 
 def test_no_room_for_the_least_reply_is_a_400_in_the_apis_shape(
         chat: openai.OpenAI, messages_client: anthropic.Anthropic, upstream: FakeUpstream) -> None:
+    import anthropic
     upstream.clear()
     system = _text(32_000, seed=3)
     with pytest.raises(openai.BadRequestError) as caught:

@@ -9,20 +9,22 @@ from pathlib import Path
 
 import httpx
 
-from tests.zygote import Forked, gateway_process
+from tests.zygote import Forked, gateway_process, litellm_process
 
 ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT_S = 240  # the proxy imports most of LiteLLM; on a busy 2-core machine that is slow
 
 
 def start(args: list[str], log: Path) -> subprocess.Popen[bytes] | Forked:
-    """``args`` as a process logging to ``log``; ``python -m gateway`` forked from the run's zygote
-    when there is one (``tests/zygote.py``)."""
+    """``args`` (``python -m gateway ...`` or ``litellm ...``) as a process logging to ``log``, forked
+    from the run's zygote for its kind when there is one (``tests/zygote.py``)."""
     env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests' / 'gateway'}",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_TELEMETRY": "False"}
     env.pop("DATABASE_URL", None)
     if args[1:3] == ["-m", "gateway"]:
         return gateway_process(args[3:], env, log, cwd=ROOT)
+    if Path(args[0]).name == "litellm":
+        return litellm_process(args[1:], env, log, cwd=ROOT, stdout=log)
     with log.open("wb") as out:
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import anthropic
 import openai
 import pytest
 import yaml
@@ -203,6 +202,7 @@ def test_responses_long_input_reaches_the_model_compressed(proxy: openai.OpenAI,
 @pytest.mark.parametrize("guardrail", GUARDRAILS)
 def test_anthropic_messages_long_prompt_reaches_the_model_compressed(
         proxy_url: str, upstream: FakeUpstream, guardrail: str) -> None:
+    import anthropic
     upstream.clear()
     with anthropic.Anthropic(base_url=proxy_url, api_key=PROXY_KEY, max_retries=0, timeout=120) as client:
         raw = client.messages.with_raw_response.create(
@@ -330,6 +330,7 @@ def test_anthropic_blocks_reach_an_anthropic_model_whole_and_the_long_text_compr
         proxy_url: str, scripted: ScriptedUpstream, guardrail: str) -> None:
     """document, search_result, thinking (with its signature), tool_use and a failed tool's short
     result (with ``is_error``) reach the model exactly as sent; only the long text is cut."""
+    import anthropic
     scripted.clear()
     with anthropic.Anthropic(base_url=proxy_url, api_key=PROXY_KEY, max_retries=0, timeout=120) as client:
         reply = client.messages.create(model="claude-small", max_tokens=50, system="Answer briefly.",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
@@ -33,9 +33,11 @@ from mixed_run import (
     stats,
     wait_for_observe,
 )
-from playwright.sync_api import Browser, ConsoleMessage, Page, sync_playwright
 from processes import ROOT, GatewayProcess
 from redis_server import MISSING, RedisServer, available
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, ConsoleMessage, Page
 
 BROWSER = "chromium"
 NO_BROWSER = ("Chromium is not installed: the browser tests need Debian's `chromium` package "
@@ -48,6 +50,7 @@ SECRET = "ui-replicas-deployment-secret-" + "s" * 32
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    from playwright.sync_api import sync_playwright
     executable = shutil.which(BROWSER)
     if executable is None:
         pytest.skip(NO_BROWSER)

@@ -17,8 +17,6 @@ import datetime
 import ipaddress
 import os
 import ssl
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +33,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fake_upstream import REPLY_TEXT, FakeUpstream
+
+from tests.zygote import gateway_process
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 HELLO = [{"role": "user", "content": "hello"}]
@@ -194,23 +194,8 @@ class GatewayProcess:
         (folder / "config.yaml").write_text(yaml.safe_dump(config))
         self.port = closed_port()
         self.log = folder / "gateway.log"
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gateway",
-                    "--config",
-                    str(folder / "config.yaml"),
-                    "--port",
-                    str(self.port),
-                    "--log-level",
-                    "info",
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={**os.environ, **env},
-            )
+        argv = ["--config", str(folder / "config.yaml"), "--port", str(self.port), "--log-level", "info"]
+        self.process = gateway_process(argv, {**os.environ, **env}, self.log)
         self.url = f"http://127.0.0.1:{self.port}"
 
     def wait(self) -> GatewayProcess:
