@@ -59,10 +59,16 @@ run: $(VENV)/.installed-local
 # test` on a fresh clone, after `make install`; this way it took 319 s, and 285 s run again. pytest
 # keeps its rewritten test modules the same way.
 TEST_WORKERS ?= 3
+# The three checks run at once (a few seconds of one core each, on a machine of two or more), each
+# one's output shown whole, in this order, once all have ended; any failure stops `make test` there.
+CHECKS := "$(BIN)/ruff check ." "$(BIN)/lint-imports" \
+	"NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site"
 test: $(VENV)/.installed-test
-	$(BIN)/ruff check .
-	$(BIN)/lint-imports
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+	@out=$$(mktemp -d); n=0; pids=; \
+	for check in $(CHECKS); do n=$$((n + 1)); \
+		{ echo "$$check"; sh -c "$$check"; } > $$out/$$n 2>&1 & pids="$$pids $$!"; done; \
+	failed=0; for pid in $$pids; do wait $$pid || failed=1; done; \
+	cat $$out/*; rm -rf $$out; exit $$failed
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -p tests.zygote -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # tests/durations.json, the seconds each test file took, by which `make test` hands out the longest
