@@ -110,36 +110,34 @@ def end(server: subprocess.Popen[bytes], path: str) -> None:
     Path(path).parent.rmdir()
 
 
-def forked_gateway(argv: list[str], env: dict[str, str], log: Path | None, *, code: str | None = None,
-                   cwd: Path | None = None) -> Forked | None:
-    """``python -m gateway <argv>`` forked from this run's zygote, or ``python -c <code> <argv>`` (a
-    launcher that patches the gateway, then calls its ``main``); its stderr appended to ``log`` (None:
-    discarded), in ``cwd`` (default: the caller's). None when the run has no zygote."""
-    path = os.environ.get(ENV)
-    return Forked(path, argv, env, log, code=code, cwd=cwd) if path else None
-
-
 def litellm_process(argv: list[str], env: dict[str, str], log: Path | None, *, code: str | None = None,
                     cwd: Path | None = None, stdout: Path | None = None) -> subprocess.Popen[bytes] | Forked:
     """``litellm <argv>`` (LiteLLM's proxy), or ``python -c <code> <argv>``, as a process that has
     imported LiteLLM's proxy: forked from the run's LiteLLM zygote when there is one, else a new
     interpreter. Its stderr is appended to ``log``, its stdout to ``stdout`` (None: discarded)."""
-    path = os.environ.get(LITELLM_ENV)
-    if path:
-        return Forked(path, argv, env, log, code=code or RUN_PROXY, cwd=cwd, stdout=stdout)
-    return _popen([sys.executable, "-c", code or RUN_PROXY, *argv], env, log, cwd, stdout)
+    code = code or RUN_PROXY
+    return _start(LITELLM_ENV, ["-c", code], code, argv, env, log, cwd, stdout)
 
 
 def gateway_process(argv: list[str], env: dict[str, str], log: Path | None, *, code: str | None = None,
                     cwd: Path | None = None, fresh: bool = False) -> subprocess.Popen[bytes] | Forked:
-    """``python -m gateway <argv>`` (or ``python -c <code> <argv>``) as a process whose stderr goes to
-    ``log`` (None: nowhere) and stdout nowhere: forked from the run's zygote when there is one, unless
-    ``fresh`` (a test about the start itself), else a new interpreter."""
-    forked = None if fresh else forked_gateway(argv, env, log, code=code, cwd=cwd)
-    if forked is not None:
-        return forked
+    """``python -m gateway <argv>``, or ``python -c <code> <argv>`` (a launcher that patches the gateway,
+    then calls its ``main``), as a process whose stderr is appended to ``log`` (None: discarded), in
+    ``cwd`` (default: the caller's): forked from the run's zygote when there is one, unless ``fresh`` (a
+    test about the start itself), else a new interpreter."""
     launcher = ["-c", code] if code is not None else ["-m", "gateway"]
-    return _popen([sys.executable, *launcher, *argv], env, log, cwd)
+    return _start(None if fresh else ENV, launcher, code, argv, env, log, cwd)
+
+
+def _start(zygote: str | None, launcher: list[str], code: str | None, argv: list[str],
+           env: dict[str, str], log: Path | None, cwd: Path | None,
+           stdout: Path | None = None) -> subprocess.Popen[bytes] | Forked:
+    """Forked from the zygote whose socket ``$<zygote>`` names, when set; else ``python <launcher>
+    <argv>``."""
+    path = os.environ.get(zygote) if zygote else None
+    if path:
+        return Forked(path, argv, env, log, code=code, cwd=cwd, stdout=stdout)
+    return _popen([sys.executable, *launcher, *argv], env, log, cwd, stdout)
 
 
 def _popen(args: list[str], env: dict[str, str], log: Path | None, cwd: Path | None,
