@@ -48,8 +48,9 @@ run: $(VENV)/.installed-local
 # tests/gateway/agent_clients.py.) -p tests.schedule hands the files out longest first (tests/durations.json):
 # xdist's own order, most tests first, left the few-test slow files for last, one worker running them
 # alone. -p tests.zygote forks the gateway processes of the tests that are not about a start from one
-# process that imported the gateway once (tests/zygote.py): each fresh one spent about 3.5 CPU-s on
-# imports; and the plug-in tests' LiteLLM proxies from one that imported LiteLLM's proxy (12 CPU-s each).
+# process that imported the gateway once (tests/zygote.py), and their pools' fork servers from it, with
+# what those preload loaded: each fresh gateway spent about 4 CPU-s on imports and its fork server; and
+# the plug-in tests' LiteLLM proxies from one that imported LiteLLM's proxy (12 CPU-s each).
 # --durations=15 prints the slowest tests.
 # The tests write bytecode (PYTHONDONTWRITEBYTECODE emptied for them): where it is set, as on CI, every
 # gateway, pool fork server, CLI and pytest worker the tests start would compile what it imports again.

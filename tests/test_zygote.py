@@ -105,3 +105,80 @@ def test_the_litellm_zygote_holds_the_proxy_and_nothing_of_the_gateway(tmp_path:
     process = litellm_process(["--flag"], _env(), tmp_path / "stderr", code=code, cwd=tmp_path, stdout=out)
     assert process.wait(300) == 3, (tmp_path / "stderr").read_text()
     assert out.read_text() == "[] ['--flag']\n"
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.name.isdigit() and int(stat[stat.rfind(")") + 2:].split()[1]) == pid:
+            found.add(int(entry.name))
+    return found
+
+
+def _in(folder: Path, pids: set[int]) -> set[int]:
+    return {pid for pid in pids if _cwd(pid) == folder}
+
+
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None
+
+
+def test_a_forked_gateways_fork_server_comes_from_the_zygote_and_goes_with_the_gateway(
+        socket_path: str, tmp_path: Path) -> None:
+    """The compression pool's fork server of a forked gateway is forked by the zygote, which has loaded
+    what the server preloads (``tests/zygote_forkserver.py``), in the gateway's folder; its workers are
+    the gateway's (the readiness waits for their warm-up, held by the file the gateway's environment
+    names), and the server and workers go when the gateway is killed, as a spawned server's do."""
+    from gateway.compress.compressor import START_SUFFIX, TEST_HOLD_ENV
+
+    config = {**CONFIG, "general_settings": {"compression_executor": "process", "compression_workers": 1}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    hold = tmp_path / "hold"
+    Path(str(hold) + START_SUFFIX).touch()
+    port = free_port()
+    os.chdir(tmp_path)
+    try:
+        process = Forked(socket_path, ["--config", "config.yaml", "--port", str(port)],
+                         _env(**{TEST_HOLD_ENV: str(hold)}), tmp_path / "gateway.log")
+    finally:
+        os.chdir(Path(__file__).resolve().parents[1])
+    zygote = int(Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    deadline = time.monotonic() + 60
+    while not (server := _in(tmp_path, _children(zygote)) - {process.pid}) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    [server_pid] = server  # the zygote's child, in the gateway's folder: not the gateway's own
+    assert not [pid for pid in _children(process.pid) if b"forkserver" in _cmdline(pid)]
+    time.sleep(2)  # the worker's warm-up waits for the hold file the gateway's environment names
+    assert httpx.get(f"http://127.0.0.1:{port}/health/readiness", timeout=10).status_code == 503
+    workers = _children(server_pid)
+    assert workers and _in(tmp_path, workers) == workers
+    Path(str(hold) + START_SUFFIX).unlink()
+    _ready(port, process)
+    process.kill()
+    assert process.wait(30) == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() and b"Z" not in _state(pid) for pid in {server_pid, *workers}):
+        assert time.monotonic() < deadline, "the fork server or a worker outlived its gateway"
+        time.sleep(0.1)
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _state(pid: int) -> bytes:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return b"Z"
+    return stat[stat.rfind(b")") + 2:].split()[0]

@@ -17,13 +17,21 @@ need what a proxy has loaded): importing ``litellm.proxy.proxy_server`` costs 12
 plug-in's tests start three such processes. It imports at its first start, so a run that starts
 none pays nothing; it never imports the gateway, whose plug-in the proxy loads itself.
 
+A gateway's compression pool has a fork server of its own, a new interpreter that imported MixPR,
+scikit-learn and the tokenizers' tables (``gateway.compress.preload``): about 1.5 CPU-seconds for each
+gateway a test starts. The gateway's zygote loads them too, after it listens, and a gateway forked from
+it asks it for its fork server as well (``tests/zygote_forkserver.py``): the same process, its own
+socket, environment, folder and log, forked with all of that loaded.
+
 A zygote is single-threaded when it forks (checked), and talks over a Unix socket, one JSON line
-each way per request: ``start`` (it forks, answers the pid) and ``poll`` (the exit code, or null).
+each way per request: ``start`` (it forks, answers the pid), ``forkserver`` (a gateway's pool's fork
+server, with its socket, pipe and stdout and stderr passed along) and ``poll`` (the exit code, or null).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import importlib.util
 import json
@@ -35,6 +43,8 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +54,10 @@ LITELLM_ENV = "MIXPR_TEST_LITELLM_ZYGOTE"  # the socket of its LiteLLM-proxy zyg
 # some) or at it (the proxy's).
 PRELOADS = {ENV: (("gateway.__main__", "gateway.app"), False),
             LITELLM_ENV: (("litellm.proxy.proxy_cli", "litellm.proxy.proxy_server"), True)}
+# What the gateway's zygote loads once it listens (the workers' collection waits only for the above):
+# what a gateway's pool's fork server preloads, so a fork server forked from the zygote has it, and a
+# gateway the tokenizers' tables it would load itself.
+POOL_PRELOAD = ("gateway.compress.preload",)
 # ``litellm <argv>``, as the console script runs it, from a process that has imported LiteLLM's proxy.
 RUN_PROXY = "import sys\nfrom litellm import run_server\nsys.exit(run_server())"
 ROOT = Path(__file__).resolve().parents[1]
@@ -186,15 +200,15 @@ class Forked:
         self.send_signal(signal.SIGKILL)
 
 
-def ask(path: str, request: dict[str, Any]) -> dict[str, Any]:
-    """The zygote's answer to one request; waits for its socket while it imports."""
+def ask(path: str, request: dict[str, Any], fds: list[int] | None = None) -> dict[str, Any]:
+    """The zygote's answer to one request, ``fds`` sent along; waits for its socket while it imports."""
     deadline = time.monotonic() + CONNECT_TIMEOUT_S
     while True:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                 conn.settimeout(CONNECT_TIMEOUT_S)  # the proxy's zygote imports at its first start
                 conn.connect(path)
-                conn.sendall(json.dumps(request).encode() + b"\n")
+                socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], fds or [])
                 with conn.makefile("rb") as answer:
                     line = answer.readline()
             break
@@ -221,16 +235,22 @@ def serve(path: str, kind: str = ENV) -> None:
         os.rename(path + ".new", path)  # clients connect only once it listens
         listener.listen(64)
         listener.settimeout(5)
+        if kind == ENV:
+            _load(POOL_PRELOAD)
         while os.getppid() == parent:
             try:
                 conn, _ = listener.accept()
             except TimeoutError:
                 continue
             with conn:
-                request = json.loads(conn.makefile("rb").readline())
+                request, fds = _receive(conn)
+                held = (listener, conn)
                 if request["op"] == "start":
                     _load(modules)  # what every start imports, paid here once
-                    reply = _fork(request, listener, conn)
+                    start = {**request, "zygote": path if kind == ENV else None}
+                    reply = _fork(functools.partial(_become, start), held)
+                elif request["op"] == "forkserver":
+                    reply = _fork(functools.partial(_serve_pool, request, fds), held, fds)
                 else:
                     reply = _poll(request["pid"], ended)
                 conn.sendall(json.dumps(reply).encode() + b"\n")
@@ -241,16 +261,59 @@ def _load(modules: tuple[str, ...]) -> None:
         importlib.import_module(name)
 
 
-def _fork(request: dict[str, Any], *held: socket.socket) -> dict[str, Any]:
+def _receive(conn: socket.socket) -> tuple[dict[str, Any], list[int]]:
+    """One request's JSON line, and the file descriptors sent with it (``ask``'s ``fds``)."""
+    data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 8)
+    while not data.endswith(b"\n"):
+        more = conn.recv(1 << 16)
+        if not more:
+            break
+        data += more
+    return json.loads(data), fds
+
+
+def _fork(child: Callable[[], None], held: tuple[socket.socket, ...],
+          fds: Sequence[int] = ()) -> dict[str, Any]:
+    """Fork a process that closes the zygote's ``held`` sockets and runs ``child`` (which never returns);
+    the parent's copies of ``fds``, received for the child, are closed."""
     if threading.active_count() != 1:  # a thread's locks would stay locked in the child
         return {"error": f"{threading.active_count()} threads in the zygote: it cannot fork safely"}
     pid = os.fork()
     if pid:
+        for fd in fds:
+            os.close(fd)
         return {"pid": pid}
     for sock in held:
         sock.close()
-    _become(request)
+    child()
     raise AssertionError("unreachable")
+
+
+def _serve_pool(request: dict[str, Any], fds: list[int]) -> None:
+    """In the child: a gateway's pool's fork server (``tests/zygote_forkserver.py`` asks for it); ``fds``
+    are its listening socket, the read end of its "alive" pipe, its stdout and stderr. It runs as
+    ``multiprocessing``'s own runs, on what this process has loaded, until the gateway closes the pipe."""
+    code = 1
+    try:
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        listener, alive, out, err = fds
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        from multiprocessing import forkserver
+
+        forkserver.main(listener, alive, request["preload"])
+        code = 0
+    except SystemExit as stop:  # the pipe closed: the server's own way out
+        code = stop.code if isinstance(stop.code, int) else 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        # Not the zygote's exit handlers, as a spawned server has none of them.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _become(request: dict[str, Any]) -> None:
@@ -270,6 +333,10 @@ def _become(request: dict[str, Any]) -> None:
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(log, 2)
+    if request.get("zygote"):
+        from tests.zygote_forkserver import use
+
+        use(request["zygote"])
     if request.get("code") is not None:  # as ``python -c``: its own module, argv[0] "-c"
         sys.argv = ["-c", *request["argv"]]
         exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
