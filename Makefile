@@ -49,8 +49,9 @@ run: $(VENV)/.installed-local
 # xdist's own order, most tests first, left the few-test slow files for last, one worker running them
 # alone. -p tests.zygote forks the gateway processes of the tests that are not about a start from one
 # process that imported the gateway once (tests/zygote.py), and their pools' fork servers from it, with
-# what those preload loaded: each fresh gateway spent about 4 CPU-s on imports and its fork server; and
-# the plug-in tests' LiteLLM proxies from one that imported LiteLLM's proxy (12 CPU-s each).
+# what those preload loaded: each fresh gateway spent about 4 CPU-s on imports and its fork server; the
+# pytest workers from it too (tests/zygote_worker.py: 8 CPU-s each to import the gateway for the
+# collection); and the plug-in tests' LiteLLM proxies from one that imported LiteLLM's proxy (12 CPU-s each).
 # --durations=15 prints the slowest tests.
 # The tests write bytecode (PYTHONDONTWRITEBYTECODE emptied for them): where it is set, as on CI, every
 # gateway, pool fork server, CLI and pytest worker the tests start would compile what it imports again.

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +17,7 @@ import pytest
 import yaml
 
 from tests.ports import free_port
-from tests.zygote import ENV, Forked, end, launch, litellm_process
+from tests.zygote import ENV, LITELLM_ENV, ROOT, Forked, end, launch, litellm_process
 
 CONFIG = {"model_list": [{"model_name": "m", "litellm_params": {
     "model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1", "api_key": "sk-test"}}],
@@ -182,3 +184,39 @@ def _state(pid: int) -> bytes:
     except OSError:
         return b"Z"
     return stat[stat.rfind(b")") + 2:].split()[0]
+
+
+WORKER_TESTS = '''
+import os, sys
+from pathlib import Path
+
+def _parent(pid):
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rfind(")") + 2:].split()[1])
+
+def test_where_it_runs():
+    parent = Path(f"/proc/{_parent(os.getpid())}/cmdline").read_bytes()
+    seen = ["litellm" in sys.modules, b"from tests.zygote import serve" in parent, os.getcwd(),
+            os.environ["ZYGOTE_WORKER_TEST"]]
+    Path(__file__).with_name("seen").write_text(repr(seen))
+
+def test_a_failing_assert_is_explained():
+    numbers = [1, 2]
+    assert sum(numbers) == 4
+'''
+
+
+def test_pytest_workers_come_from_the_zygote_with_the_gateway_loaded(tmp_path: Path) -> None:
+    """``-n`` with ``-p tests.zygote``: each pytest-xdist worker is a child of the run's zygote, with
+    the gateway (LiteLLM) already imported, in the run's folder and environment; a failing assert is
+    explained as pytest rewrites it; the run's exit code and output are xdist's own."""
+    (tmp_path / "test_workers.py").write_text(WORKER_TESTS)
+    env = {key: value for key, value in _env(ZYGOTE_WORKER_TEST="from-the-run").items()
+           if key not in (ENV, LITELLM_ENV)}  # this run's own zygotes, not the outer run's
+    command = [sys.executable, "-m", "pytest", "-p", "tests.zygote", "-n", "2", "-p", "no:cacheprovider",
+               "-q", "--rootdir", str(tmp_path), str(tmp_path / "test_workers.py")]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed, 1 passed" in done.stdout
+    assert "assert 3 == 4" in done.stdout and "where 3 = sum([1, 2])" in done.stdout
+    assert (tmp_path / "seen").read_text() == repr([True, True, str(ROOT), "from-the-run"])

@@ -19,13 +19,18 @@ none pays nothing; it never imports the gateway, whose plug-in the proxy loads i
 
 A gateway's compression pool has a fork server of its own, a new interpreter that imported MixPR,
 scikit-learn and the tokenizers' tables (``gateway.compress.preload``): about 1.5 CPU-seconds for each
-gateway a test starts. The gateway's zygote loads them too, after it listens, and a gateway forked from
-it asks it for its fork server as well (``tests/zygote_forkserver.py``): the same process, its own
-socket, environment, folder and log, forked with all of that loaded.
+gateway a test starts. The gateway's zygote loads them too, and a gateway forked from it asks it for
+its fork server as well (``tests/zygote_forkserver.py``): the same process, its own socket,
+environment, folder and log, forked with all of that loaded.
+
+pytest-xdist's workers come from the gateway's zygote too (``tests/zygote_worker.py``): each new
+interpreter imported the gateway to collect the tests, 8 CPU-seconds, three at once; on a fresh clone
+they wait for the zygote, which compiles what they then read.
 
 A zygote is single-threaded when it forks (checked), and talks over a Unix socket, one JSON line
-each way per request: ``start`` (it forks, answers the pid), ``forkserver`` (a gateway's pool's fork
-server, with its socket, pipe and stdout and stderr passed along) and ``poll`` (the exit code, or null).
+each way per request (with file descriptors for some): ``start`` (it forks, answers the pid),
+``forkserver`` (a gateway's pool's fork server, on its socket, pipe, stdout and stderr), ``worker``
+(a pytest worker, on its stdin, stdout and stderr) and ``poll`` (the exit code, or null).
 """
 
 from __future__ import annotations
@@ -33,9 +38,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import importlib.util
+import io
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -52,12 +58,10 @@ ENV = "MIXPR_TEST_ZYGOTE"  # the socket of this run's gateway zygote
 LITELLM_ENV = "MIXPR_TEST_LITELLM_ZYGOTE"  # the socket of its LiteLLM-proxy zygote
 # What each zygote imports once, and whether before its first start (the gateway's: most runs start
 # some) or at it (the proxy's).
-PRELOADS = {ENV: (("gateway.__main__", "gateway.app"), False),
+# The gateway's also loads what a gateway's pool's fork server preloads (``gateway.compress.preload``),
+# so that a fork server forked from it has that, and a gateway or a pytest worker the tokenizers' tables.
+PRELOADS = {ENV: (("gateway.__main__", "gateway.app", "gateway.compress.preload"), False),
             LITELLM_ENV: (("litellm.proxy.proxy_cli", "litellm.proxy.proxy_server"), True)}
-# What the gateway's zygote loads once it listens (the workers' collection waits only for the above):
-# what a gateway's pool's fork server preloads, so a fork server forked from the zygote has it, and a
-# gateway the tokenizers' tables it would load itself.
-POOL_PRELOAD = ("gateway.compress.preload",)
 # ``litellm <argv>``, as the console script runs it, from a process that has imported LiteLLM's proxy.
 RUN_PROXY = "import sys\nfrom litellm import run_server\nsys.exit(run_server())"
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +70,8 @@ _STARTED: list[tuple[subprocess.Popen[bytes], str, str]] = []
 
 
 def pytest_configure(config: Any) -> None:
-    """In the controller (or a run without xdist) only: the workers inherit the sockets' paths."""
+    """In the controller (or a run without xdist) only: the workers inherit the sockets' paths, and are
+    forked from the gateway's zygote (``tests/zygote_worker.py``)."""
     if hasattr(config, "workerinput"):
         return
     for kind in PRELOADS:
@@ -74,26 +79,17 @@ def pytest_configure(config: Any) -> None:
             server, path = launch(kind)
             _STARTED.append((server, path, kind))
             os.environ[kind] = path
-            if kind == ENV and _cold():
-                _listening(server, path)  # the workers start once it has imported the gateway
+            if kind == ENV:
+                _workers_from(config)
 
 
-def _listening(server: subprocess.Popen[bytes], path: str) -> None:
-    """Until the zygote listens (it binds once it has imported), exits, or takes too long; a zygote that
-    failed fails the tests that ask it."""
-    deadline = time.monotonic() + CONNECT_TIMEOUT_S
-    while not os.path.exists(path) and server.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
-def _cold() -> bool:
-    """Whether the gateway's imports have no bytecode yet (a fresh clone or venv) and this run writes
-    it. The zygote and three workers would each compile LiteLLM and the openai SDK at once, 6 CPU-s
-    apiece; the workers wait for the zygote instead, and read what it wrote."""
-    litellm = importlib.util.find_spec("litellm")  # found, not imported
-    sources = [ROOT / "gateway" / "app.py", *([Path(litellm.origin)] if litellm and litellm.origin else [])]
-    return not sys.dont_write_bytecode and not all(
-        Path(importlib.util.cache_from_source(str(source))).exists() for source in sources)
+def _workers_from(config: Any) -> None:
+    """xdist's workers of ``-n`` (plain ``popen`` specs), forked from this run's gateway zygote; they
+    wait for it to have imported, where on a fresh clone each compiled LiteLLM beside it."""
+    tx = getattr(config.option, "tx", None) or []
+    if tx and all(spec == "popen" for spec in tx):
+        python = shlex.join([sys.executable, str(ROOT / "tests" / "zygote_worker.py")])
+        config.option.tx = [f"popen//python={python}" for _ in tx]
 
 
 def pytest_unconfigure(config: Any) -> None:
@@ -235,8 +231,6 @@ def serve(path: str, kind: str = ENV) -> None:
         os.rename(path + ".new", path)  # clients connect only once it listens
         listener.listen(64)
         listener.settimeout(5)
-        if kind == ENV:
-            _load(POOL_PRELOAD)
         while os.getppid() == parent:
             try:
                 conn, _ = listener.accept()
@@ -249,6 +243,8 @@ def serve(path: str, kind: str = ENV) -> None:
                     _load(modules)  # what every start imports, paid here once
                     start = {**request, "zygote": path if kind == ENV else None}
                     reply = _fork(functools.partial(_become, start), held)
+                elif request["op"] == "worker":
+                    reply = _fork(functools.partial(_serve_worker, request, fds), held, fds)
                 elif request["op"] == "forkserver":
                     reply = _fork(functools.partial(_serve_pool, request, fds), held, fds)
                 else:
@@ -316,17 +312,29 @@ def _serve_pool(request: dict[str, Any], fds: list[int]) -> None:
         os._exit(code)
 
 
+def _serve_worker(request: dict[str, Any], fds: list[int]) -> None:
+    """In the child: ``python -u -c <code>`` (a pytest-xdist worker, ``tests/zygote_worker.py`` asks),
+    on ``fds``, that process's stdin, stdout and stderr, in its folder and environment."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    # New stdio objects on the new descriptors, as -u makes them: stdout and stderr unbuffered.
+    sys.stdin = sys.__stdin__ = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(open(1, "wb", 0, closefd=False), write_through=True)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(open(2, "wb", 0, closefd=False), write_through=True,
+                                                   errors="backslashreplace")
+    sys.dont_write_bytecode = request["dont_write_bytecode"]
+    # This checkout's test modules are pytest's to import, and rewrite: this one (-p tests.zygote) too.
+    for name in [name for name in sys.modules if name.partition(".")[0] == "tests"]:
+        del sys.modules[name]
+    _adopt(request)
+    _run_code(request)
+
+
 def _become(request: dict[str, Any]) -> None:
     """In the child: the test's folder, environment and log, then the gateway's own entry point. Its
     exit (SystemExit) unwinds to the interpreter's, as ``python -m gateway``'s does: atexit runs."""
-    os.chdir(request["cwd"])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    # The interpreter read $PYTHONPATH when the zygote started; a start's own entries go first, as
-    # they would in a fresh one.
-    for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
-        if entry:
-            sys.path.insert(0, entry)
+    _adopt(request)
     null = os.open(os.devnull, os.O_RDWR)
     log, out = (os.open(request[name], os.O_WRONLY | os.O_CREAT | os.O_APPEND) if request.get(name) else null
                 for name in ("log", "stdout"))
@@ -337,14 +345,31 @@ def _become(request: dict[str, Any]) -> None:
         from tests.zygote_forkserver import use
 
         use(request["zygote"])
-    if request.get("code") is not None:  # as ``python -c``: its own module, argv[0] "-c"
-        sys.argv = ["-c", *request["argv"]]
-        exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
-        sys.exit(0)
+    if request.get("code") is not None:
+        _run_code(request)
     from gateway.__main__ import main
 
     sys.argv = [main.__module__, *request["argv"]]
     sys.exit(main(request["argv"]))
+
+
+def _adopt(request: dict[str, Any]) -> None:
+    """The start's folder and environment."""
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    # The interpreter read $PYTHONPATH when the zygote started; a start's own entries go first, as
+    # they would in a fresh one.
+    for entry in reversed(request["env"].get("PYTHONPATH", "").split(os.pathsep)):
+        if entry:
+            sys.path.insert(0, entry)
+
+
+def _run_code(request: dict[str, Any]) -> None:
+    """As ``python -c``: its own module, argv[0] "-c"; exit 0 at its end."""
+    sys.argv = ["-c", *request["argv"]]
+    exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
+    sys.exit(0)
 
 
 def _poll(pid: int, ended: dict[int, int]) -> dict[str, Any]:
