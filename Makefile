@@ -52,7 +52,7 @@ run: $(VENV)/.installed-local
 # what those preload loaded: each fresh gateway spent about 4 CPU-s on imports and its fork server; the
 # pytest workers from it too (tests/zygote_worker.py: 8 CPU-s each to import the gateway for the
 # collection); and the plug-in tests' LiteLLM proxies from one that imported LiteLLM's proxy (12 CPU-s each).
-# --durations=15 prints the slowest tests.
+# --durations=15 prints the slowest tests, -rs why any test was skipped.
 # The tests write bytecode (PYTHONDONTWRITEBYTECODE emptied for them): where it is set, as on CI, every
 # gateway, pool fork server, CLI and pytest worker the tests start would compile what it imports again.
 # The first process to import a module writes its .pyc, the rest read it (Python writes them atomically),
@@ -71,7 +71,7 @@ test: $(VENV)/.installed-test
 		{ echo "$$check"; sh -c "$$check"; } > $$out/$$n 2>&1 & pids="$$pids $$!"; done; \
 	failed=0; for pid in $$pids; do wait $$pid || failed=1; done; \
 	cat $$out/*; rm -rf $$out; exit $$failed
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -p tests.zygote -n $(TEST_WORKERS) --dist loadfile --durations=15
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -p tests.schedule -p tests.zygote -n $(TEST_WORKERS) --dist loadfile --durations=15 -rs
 
 # tests/durations.json, the seconds each test file took, by which `make test` hands out the longest
 # files first (tests/schedule.py): rewritten by a whole run that passed. Run it when files were added

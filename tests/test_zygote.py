@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.ports import free_port
-from tests.zygote import ENV, LITELLM_ENV, ROOT, Forked, end, launch, litellm_process
+from tests.zygote import ENV, ROOT, Forked, end, launch, litellm_process
 
 CONFIG = {"model_list": [{"model_name": "m", "litellm_params": {
     "model": "openai/gpt-4o-mini", "api_base": "http://127.0.0.1:9/v1", "api_key": "sk-test"}}],
@@ -207,12 +207,11 @@ def test_a_failing_assert_is_explained():
 
 
 def test_pytest_workers_come_from_the_zygote_with_the_gateway_loaded(tmp_path: Path) -> None:
-    """``-n`` with ``-p tests.zygote``: each pytest-xdist worker is a child of the run's zygote, with
+    """``-n`` with ``-p tests.zygote``: each pytest-xdist worker is a child of a gateway zygote, with
     the gateway (LiteLLM) already imported, in the run's folder and environment; a failing assert is
     explained as pytest rewrites it; the run's exit code and output are xdist's own."""
     (tmp_path / "test_workers.py").write_text(WORKER_TESTS)
-    env = {key: value for key, value in _env(ZYGOTE_WORKER_TEST="from-the-run").items()
-           if key not in (ENV, LITELLM_ENV)}  # this run's own zygotes, not the outer run's
+    env = _env(ZYGOTE_WORKER_TEST="from-the-run")  # with this run's zygotes, the nested run uses them
     command = [sys.executable, "-m", "pytest", "-p", "tests.zygote", "-n", "2", "-p", "no:cacheprovider",
                "-q", "--rootdir", str(tmp_path), str(tmp_path / "test_workers.py")]
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -79,13 +79,13 @@ def pytest_configure(config: Any) -> None:
             server, path = launch(kind)
             _STARTED.append((server, path, kind))
             os.environ[kind] = path
-            if kind == ENV:
-                _workers_from(config)
+    _workers_from(config)
 
 
 def _workers_from(config: Any) -> None:
-    """xdist's workers of ``-n`` (plain ``popen`` specs), forked from this run's gateway zygote; they
-    wait for it to have imported, where on a fresh clone each compiled LiteLLM beside it."""
+    """xdist's workers of ``-n`` (plain ``popen`` specs), forked from the gateway zygote (this run's, or
+    the one of the run that started this one); they wait for it to have imported, where on a fresh
+    clone each compiled LiteLLM beside it."""
     tx = getattr(config.option, "tx", None) or []
     if tx and all(spec == "popen" for spec in tx):
         python = shlex.join([sys.executable, str(ROOT / "tests" / "zygote_worker.py")])
