@@ -22,7 +22,6 @@ from gateway.config import GeneralSettings, MixprSettings, Prefix
 from gateway.conversation import checks, forms, shared_forms
 from gateway.conversation.history import History, Request
 from gateway.errors import ContextLengthExceeded
-from gateway.run import offload
 from gateway.run.workers import Workers
 
 DEEP = "[" * 100_000  # parsing it recurses past Python's limit
@@ -121,24 +120,9 @@ def test_one_failing_form_does_not_cost_the_others_theirs(monkeypatch: pytest.Mo
     assert sum(len(text) < len(output) / 2 for text, output in zip(sent, outputs, strict=True)) == 19
 
 
-def _cpu_seconds(threads: list[threading.Thread]) -> float:
-    """CPU seconds (user and kernel) of ``threads`` so far."""
-    return sum(time.clock_gettime(time.pthread_getcpuclockid(thread.ident)) for thread in threads
-               if thread.ident is not None and thread.is_alive())
-
-
 def _warm_seconds(messages: list[dict[str, Any]]) -> float:
-    """CPU seconds of the best of five warm requests: every form is cached, so what is timed is the
-    request path itself (counts, the scan, assembly, checks, digests). Only this thread's and those
-    the request starts, and the process's big-request threads (``offload``'s, started by whichever
-    test first needed them): in a whole run, other threads earlier tests left in this process
-    (LiteLLM's logging workers, a fake upstream) made the process's CPU time of the longer request 3x
-    the shorter's (45 ms and 136 ms; 43 and 144 in user time alone)."""
-    earlier = {thread.ident for thread in threading.enumerate()} - {threading.get_ident()}
-
-    def ours() -> list[threading.Thread]:
-        return [thread for thread in threading.enumerate()
-                if thread.ident not in earlier or thread.name.startswith(offload.THREAD_PREFIX)]
+    """CPU seconds (every thread of this process) of the best of three warm requests: every form is
+    cached, so what is timed is the request path itself (counts, the scan, assembly, checks, digests)."""
 
     async def main() -> float:
         workers = Workers(workers=1, executor="thread", timeout_s=120)
@@ -150,16 +134,15 @@ def _warm_seconds(messages: list[dict[str, Any]]) -> float:
         try:
             await history.prepare(request)  # cold: the forms
             best = float("inf")
-            for _ in range(5):
+            for _ in range(3):
                 # Without the collector: a full collection walks the whole test process's heap, and
                 # one landing in the longer request alone made it 3.4x the shorter (46 ms, 156 ms).
                 gc.collect()
                 gc.disable()
                 try:
-                    threads = ours()
-                    started = _cpu_seconds(threads)
+                    started = time.process_time()
                     await history.prepare(request)
-                    best = min(best, _cpu_seconds(ours()) - started)
+                    best = min(best, time.process_time() - started)
                 finally:
                     gc.enable()
             return best
