@@ -291,9 +291,7 @@ def _serve_pool(request: dict[str, Any], fds: list[int]) -> None:
     ``multiprocessing``'s own runs, on what this process has loaded, until the gateway closes the pipe."""
     code = 1
     try:
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
+        _adopt(request)
         listener, alive, out, err = fds
         os.dup2(out, 1)
         os.dup2(err, 2)
