@@ -10,6 +10,9 @@ import pytest
 from bench import data
 from bench.tasks import babilong
 from bench.tests import standin
+from tests import tls
+
+tls.share()  # the process's HTTP clients share their TLS context, as under tests/
 
 
 def _clear_caches() -> None:
