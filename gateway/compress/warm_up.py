@@ -12,6 +12,10 @@ faults where the next take 40; this one leaves 2 to 3 ms and 250 (``bench/README
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
+
 import mixpr.embedding
 import mixpr.engine
 from mixpr.tokens import count_tokens
@@ -50,12 +54,31 @@ def load_tokenizers() -> None:
     count_tokens("warm up", None)  # cl100k_base, also the encoding of every model tiktoken does not know
 
 
-def first_counts(text: str | None = None) -> None:
-    """Both encodings over the whole sample (or ``text``): a first long text touches far more of an
-    encoding's tables than a word does. In the gateway's process, which counts prompts shorter than
-    200k characters itself, and in each worker; not in the fork server, whose pages a worker touches
+_WARMED: dict[str, int] = {}  # each warm-up's name: the process it ran in
+
+
+def once_per_process(warm: Callable[[], None]) -> Callable[[], None]:
+    """``warm`` run once in each process: a second gateway built in the same process (the LiteLLM
+    plug-in's guardrails, each with its compressor; an application's own tests) finds its pages and heap
+    warm. A process forked after it (a pool's worker) is another process and warms again: the pages it
+    shares with its parent are copied on its first touch."""
+
+    @functools.wraps(warm)
+    def warm_once() -> None:
+        if _WARMED.get(warm.__name__) != os.getpid():
+            warm()
+            _WARMED[warm.__name__] = os.getpid()
+
+    return warm_once
+
+
+@once_per_process
+def first_counts() -> None:
+    """Both encodings over the whole sample: a first long text touches far more of an encoding's
+    tables than a word does. In the gateway's process, which counts prompts shorter than 200k
+    characters itself, and in each worker; not in the fork server, whose pages a worker touches
     again."""
-    text = sample_document() if text is None else text
+    text = sample_document()
     count_tokens(text, "gpt-4o-mini")
     count_tokens(text, None)
 
@@ -68,11 +91,11 @@ def load_tables() -> None:
     mixpr.embedding.unit_rows(mixpr.embedding.embed(["warm up", "the worker"]))
 
 
+@once_per_process
 def first_job() -> None:
     """The sample counted, then a MixPR job over it, every stage of it (chunks, words' weights, the
     router's question and its answer read, the graph, PageRank, the cut to a fifth): its arrays'
     memory, freed, stays in the heap for the first request's."""
-    text = sample_document()
-    first_counts(text)
-    mixpr.engine.compress(f"{text}\n\n{QUESTION}", budget_tokens=10_000, route="auto",
+    first_counts()
+    mixpr.engine.compress(f"{sample_document()}\n\n{QUESTION}", budget_tokens=10_000, route="auto",
                           ask_llm=lambda question: "", model=None)  # "": the heuristic decides

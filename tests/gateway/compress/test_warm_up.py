@@ -19,7 +19,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm  # noqa: E402
 
-from gateway.compress import compressor  # noqa: E402
+import mixpr.engine  # noqa: E402
+from gateway.compress import compressor, warm_up  # noqa: E402
 from gateway.compress.compressor import router_models, start_pool  # noqa: E402
 from gateway.config import parse_config  # noqa: E402
 from gateway.run.workers import Workers  # noqa: E402
@@ -124,3 +125,43 @@ def test_the_router_models_are_those_the_auto_router_asks() -> None:
         ],
     })
     assert router_models(config) == ("openai/judge", "openai/one")
+
+
+@pytest.fixture
+def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """This process as if nothing had warmed in it yet; the pid of every MixPR job run meanwhile."""
+    monkeypatch.setattr(warm_up, "_WARMED", {})
+    jobs: list[int] = []
+    compress = mixpr.engine.compress
+    monkeypatch.setattr(mixpr.engine, "compress", lambda *a, **k: jobs.append(os.getpid()) or compress(*a, **k))
+    yield jobs
+    gc.unfreeze()  # the thread pools' warm-up froze this process's objects
+
+
+async def test_a_second_pool_in_the_same_process_finds_it_warm(fresh_process: list[int]) -> None:
+    # The LiteLLM plug-in's guardrails each start a compressor in the proxy's process; the warm-up's
+    # job (a tenth of a second, and its count of 53k tokens twice) is that process's once.
+    for _ in range(2):
+        workers = Workers(workers=1, executor="thread")
+        try:
+            await start_pool(workers, with_router=False)
+        finally:
+            workers.close()
+    assert fresh_process == [os.getpid()]
+
+
+def test_a_process_forked_after_the_warm_up_warms_again(fresh_process: list[int]) -> None:
+    # Its pages are its parent's until it touches them: a pool's worker runs its own warm-up.
+    warm_up.first_job()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        warm_up.first_job()
+        os.write(write, str(fresh_process).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        jobs_seen_by_child = pipe.read()
+    os.waitpid(child, 0)
+    assert fresh_process == [os.getpid()]
+    assert jobs_seen_by_child == str([os.getpid(), child])
