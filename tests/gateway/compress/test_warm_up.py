@@ -133,7 +133,12 @@ def fresh_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     monkeypatch.setattr(warm_up, "_WARMED", {})
     jobs: list[int] = []
     compress = mixpr.engine.compress
-    monkeypatch.setattr(mixpr.engine, "compress", lambda *a, **k: jobs.append(os.getpid()) or compress(*a, **k))
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        jobs.append(os.getpid())
+        return compress(*args, **kwargs)
+
+    monkeypatch.setattr(mixpr.engine, "compress", recording)
     yield jobs
     gc.unfreeze()  # the thread pools' warm-up froze this process's objects
 
