@@ -18,6 +18,7 @@ import base64
 import functools
 import hashlib
 import os
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,9 +70,30 @@ _BUNDLED = {
 }  # fmt: skip
 
 
-@functools.lru_cache(maxsize=16)
+_LOADED: dict[str, tiktoken.Encoding] = {}
+_LOADING: dict[str, threading.Lock] = {}
+
+
 def encoding_named(name: str) -> tiktoken.Encoding:
-    """The encoding ``name``: from the wheel's file unless the host chose tiktoken's folder."""
+    """The encoding ``name``: from the wheel's file unless the host chose tiktoken's folder. Loaded
+    once per process (about half a second of CPU), however many threads ask for it at once: the
+    others wait for that load rather than making their own beside it."""
+    encoding = _LOADED.get(name)
+    if encoding is None:
+        with _LOADING.setdefault(name, threading.Lock()):
+            encoding = _LOADED.get(name)
+            if encoding is None:
+                encoding = _LOADED[name] = _load(name)
+    return encoding
+
+
+def is_loaded(model: str | None) -> bool:
+    """Whether ``model``'s encoding is loaded in this process, so that counting a short text takes
+    microseconds (the first count loads the encoding first)."""
+    return (_name(model) or DEFAULT_ENCODING) in _LOADED
+
+
+def _load(name: str) -> tiktoken.Encoding:
     if name not in _BUNDLED or "TIKTOKEN_CACHE_DIR" in os.environ:
         return tiktoken.get_encoding(name)
     return from_bundled_file(name)

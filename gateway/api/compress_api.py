@@ -47,7 +47,7 @@ from gateway.core.chat import ChatCall, report_headers
 from gateway.core.guardrail import failed_headers, fails_open, reply_params
 from gateway.errors import BadRequest, GatewayError
 from gateway.run import offload
-from mixpr.tokens import count_tokens
+from mixpr.tokens import count_tokens, is_loaded
 
 router = APIRouter()
 PATH = "/v1/compress"
@@ -78,8 +78,9 @@ async def compress(request: Request) -> JSONResponse:
     except GatewayError as exc:
         if not fails_open(exc):
             raise
-        tokens = await offload.inline_or_run(offload.many(messages), _tokens, messages,
-                                             gateway.chat.entry(model).upstream_model)
+        upstream = gateway.chat.entry(model).upstream_model
+        tokens = await offload.inline_or_run(offload.many(messages) or not is_loaded(upstream), _tokens,
+                                             messages, upstream)
         unchanged = Outcome(messages, "passthrough", tokens, tokens)
         return JSONResponse(answer(unchanged),
                             headers={**report_headers(unchanged), **failed_headers(exc), **served})

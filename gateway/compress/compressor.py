@@ -36,7 +36,7 @@ from gateway.run.bridge import Ticket
 from gateway.run.gate import Gate
 from gateway.run.workers import JobFailed, Workers
 from mixpr.budget import join_spans
-from mixpr.tokens import count_tokens
+from mixpr.tokens import count_tokens, is_loaded
 
 log = logging.getLogger("gateway.compress.compressor")
 
@@ -194,10 +194,12 @@ class Compressor:
         return fixed
 
     async def count(self, pool: Ticket, text: str, target: Target) -> int:
-        """The target model's tokens in ``text`` (``Target.tokens``): counted on the loop when short,
-        in a thread when longer, in the pool when long."""
+        """The target model's tokens in ``text`` (``Target.tokens``): counted on the loop when short
+        and the model's encoding is loaded, in a thread when longer (or to load it, half a second that
+        would stall every request: a request held while the gateway loaded comes before its warm-up's
+        counts), in the pool when long."""
         if len(text) < INLINE_COUNT_CHARS:
-            big = len(text) > THREAD_COUNT_CHARS
+            big = len(text) > THREAD_COUNT_CHARS or not is_loaded(target.model)
             return target.tokens(await offload.inline_or_run(big, count_tokens, text, target.model))
         return target.tokens(await pool.run(count_tokens, text, target.model))
 

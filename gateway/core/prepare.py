@@ -34,7 +34,7 @@ from gateway.errors import ContextLengthExceeded, ModelNotFound, ModelUnavailabl
 from gateway.metrics import Metrics
 from gateway.prices import Prices, entry_prices
 from gateway.run import offload
-from mixpr.tokens import count_tokens
+from mixpr.tokens import count_tokens, is_loaded
 
 log = logging.getLogger("gateway.core.prepare")
 
@@ -196,9 +196,10 @@ class Preparer:
         if not lowers(call, control, asked):
             return asked
         text = reply.constant_text(call.messages, call.params.get("tools"))
-        # Counted here or in a thread, never in the pool: a count that cannot fail (none is 0).
-        counted = await offload.inline_or_run(len(text) > CONSTANT_INLINE_CHARS, count_tokens, text,
-                                              entry.upstream_model)
+        # Counted here or in a thread, never in the pool: a count that cannot fail (none is 0). In a
+        # thread too while the model's encoding is not loaded (``Compressor.count``).
+        off_loop = len(text) > CONSTANT_INLINE_CHARS or not is_loaded(entry.upstream_model)
+        counted = await offload.inline_or_run(off_loop, count_tokens, text, entry.upstream_model)
         constant = math.ceil(counted * self.scales[name]) + added
         top = reply.ceiling(self.windows[name], self.outputs[name], settings.completion_reserve_tokens)
         lowest = reply.least(call.params, settings.completion_reserve_tokens)

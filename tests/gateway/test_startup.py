@@ -5,6 +5,7 @@ scikit-learn when its workers compress."""
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import inspect
 import subprocess
@@ -12,6 +13,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import fastapi.routing
 import httpx
@@ -25,6 +27,7 @@ from processes import GatewayProcess
 from gateway.app import create_app
 from gateway.compress.compressor import START_SUFFIX, TEST_HOLD_ENV
 from gateway.config import parse_config
+from mixpr import tokens
 
 AUTH = {"Authorization": f"Bearer {MASTER_KEY}"}
 DEADLINE_S = 240  # a start on a busy 2-core machine has taken minutes
@@ -195,3 +198,42 @@ def test_a_first_request_reads_no_source_file_on_the_loop(upstream: FakeUpstream
     finally:
         server.stop()
     assert read == []
+
+
+def test_a_request_that_finds_no_tokenizer_loaded_loads_it_off_the_loop(
+        upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A request held while the gateway loaded is served as its warm-up begins, before the warm-up's
+    # counts: loading the tokenizer there (half a second to a second) stalled every other request.
+    raw = gateway_config(upstream.base_url)
+    raw["general_settings"]["compression_executor"] = "thread"
+    server = ServerThread(create_app(parse_config(raw))).start()
+    on_loop: list[bool] = []
+    load = tokens._load
+
+    def recorded(name: str) -> Any:
+        try:
+            asyncio.get_running_loop()
+            on_loop.append(True)
+        except RuntimeError:
+            on_loop.append(False)
+        return load(name)
+
+    try:
+        with httpx.Client(base_url=server.url, headers=AUTH, timeout=60) as http:
+            _until_ready(http)
+            monkeypatch.setattr(tokens, "_LOADED", {})  # as before the warm-up's counts
+            tokens.encoding_for.cache_clear()
+            monkeypatch.setattr(tokens, "_load", recorded)
+            chat = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+            assert http.post("/v1/chat/completions", json=chat).status_code == 200
+    finally:
+        server.stop()
+        tokens.encoding_for.cache_clear()  # what it holds now was loaded for this test
+    assert on_loop and not any(on_loop)
+
+
+def _until_ready(http: httpx.Client) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while http.get("/health/readiness").status_code != 200:
+        assert time.monotonic() < deadline, "never ready"
+        time.sleep(0.05)

@@ -1,11 +1,14 @@
+import concurrent.futures
 import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from mixpr import tokens
 from mixpr.tokens import BUNDLED, count_tokens, encoding_for, from_bundled_file
 
 # Any download would go through this dead proxy and fail.
@@ -81,3 +84,31 @@ def test_the_bundled_files_build_tiktokens_own_encodings(name):
     assert done.returncode == 0, done.stderr
     mine = (ours._pat_str, ours._special_tokens, ours.n_vocab, ours.encode(sample, allowed_special="all"))
     assert done.stdout.strip() == repr(mine)
+
+
+@pytest.fixture
+def nothing_loaded(monkeypatch):
+    """This process as if it had loaded no encoding yet."""
+    monkeypatch.setattr(tokens, "_LOADED", {})
+    encoding_for.cache_clear()
+    yield
+    encoding_for.cache_clear()  # what it holds now is this test's
+
+
+def test_threads_asking_at_once_share_one_load(nothing_loaded, monkeypatch):
+    # A load takes half a second of CPU: a request's count and the warm-up's, asking together, made two.
+    loads = []
+    load = tokens._load
+
+    def slow_load(name):
+        loads.append(name)
+        time.sleep(0.2)  # long enough for every thread to ask meanwhile
+        return load(name)
+
+    monkeypatch.setattr(tokens, "_load", slow_load)
+    assert not tokens.is_loaded("gpt-4o")
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        counts = list(pool.map(lambda _: count_tokens("hello world", "gpt-4o"), range(4)))
+    assert counts == [2, 2, 2, 2]
+    assert loads == ["o200k_base"]
+    assert tokens.is_loaded("openai/gpt-4o") and not tokens.is_loaded("an-unknown-model")
