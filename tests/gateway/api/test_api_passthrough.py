@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import ssl
 
 import httpx
 import openai
@@ -144,3 +145,21 @@ def test_completions_leave_no_connection_open(
         client.completions.create(model="gpt-test", prompt="x")
     gc.collect()  # an HTTP session nobody closed says so when it is collected
     assert not [r for r in caplog.records if "Unclosed" in r.getMessage()]
+
+
+def test_a_legacy_completion_builds_no_tls_context_of_its_own(
+        client: openai.OpenAI, upstream: FakeUpstream, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each call makes its own HTTP client (LiteLLM's would never be closed), and httpx built a TLS
+    # context for each, 29 ms of CPU on the event loop. The tests' own clients share one (tests/tls.py):
+    # undone here, as in a gateway's own process.
+    for http_client in (httpx.Client, httpx.AsyncClient):
+        monkeypatch.setattr(http_client, "__init__", http_client.__init__.__wrapped__)
+    built: list[object] = []
+    create = ssl.create_default_context
+    monkeypatch.setattr(ssl, "create_default_context", lambda *a, **k: built.append(a) or create(*a, **k))
+    upstream.clear()
+    for _ in range(3):
+        result = client.completions.create(model="gpt-test", prompt="Once upon a time", max_tokens=7)
+        assert result.choices[0].text == REPLY_TEXT
+    assert len(upstream.received("echo")) == 3
+    assert len(built) <= 1  # the first call's, unless an earlier one built it
