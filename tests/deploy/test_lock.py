@@ -64,3 +64,11 @@ def test_the_dockerfile_installs_with_the_makefiles_pins() -> None:
     assert "--constraint requirements.lock" in dockerfile
     # .dockerignore is an allow-list: without this line the build context has no lock to copy.
     assert "!requirements.lock" in (ROOT / ".dockerignore").read_text().split()
+
+
+def test_the_image_carries_the_bytecode_of_what_it_installs() -> None:
+    # Its user cannot write the venv and PYTHONDONTWRITEBYTECODE is set: without the bytecode every
+    # container start compiled LiteLLM and scikit-learn again, readiness in 13 s instead of 6.5 s.
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    install = next(step for step in dockerfile.split("\n\n") if "'.[local]'" in step)
+    assert "--compile-bytecode" in install.split("'.[local]'")[0].rsplit("uv pip install", 1)[1]
