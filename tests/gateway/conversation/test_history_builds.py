@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import json
+import multiprocessing
 import threading
 import time
 import uuid
@@ -157,7 +159,16 @@ def test_a_warm_request_twice_as_long_takes_about_twice_as_long() -> None:
     against one of 300 (the same steps twice): about 2x, where a loop over the messages inside a loop
     over them gives 4x (the named set rebuilt for every piece of a reset was one)."""
     steps = [_listing(step % 40, lines=60 + step % 7) for step in range(300)]
-    small, large = _warm_seconds(_loop(steps)), _warm_seconds(_loop(steps + steps))
+    # Timed in a process of its own, forked by the fork server: this worker's CPU clock also counts the
+    # threads earlier tests left running in it (a LiteLLM logger, servers). Each size twice, in turn:
+    # in a fresh clone's first run (its bytecode being written) the first longer request, timed once,
+    # took 3x the shorter (44 ms, 133 ms; CI once 43 and 137), and 2.0 to 2.6x when timed again.
+    forked = multiprocessing.get_context("forkserver")
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=forked) as clean:
+        small = large = float("inf")
+        for _ in range(2):  # each twice, in turn: the best of each
+            small = min(small, clean.submit(_warm_seconds, _loop(steps)).result(timeout=600))
+            large = min(large, clean.submit(_warm_seconds, _loop(steps + steps)).result(timeout=600))
     assert large < 3 * small, f"300 steps {small * 1000:.0f} ms, 600 steps {large * 1000:.0f} ms"
 
 
