@@ -9,9 +9,10 @@ the gateway (``python -m gateway``), and this client. Measured:
    (issue 36), and a short conversation to both (whose would-have observe mode computes after each
    response), with their p50 ratio and added-p50 difference, (b') the same as a Responses API request
    to the gateway (translated to chat, through LiteLLM), (c) to a LiteLLM proxy in front of the same
-   upstream (``litellm --config``, skipped with ``--no-proxy``), and (d) with ``litellm.acompletion``
-   to the upstream (LiteLLM as a library). Rounds interleaved; p50/p95/p99 and requests/s for each,
-   and what each adds over (a).
+   upstream (``litellm --config``, skipped with ``--no-proxy``), (c') to Portkey's open-source gateway
+   in front of it (``bench.peers``, npm ``@portkey-ai/gateway``, skipped with ``--no-portkey`` or without
+   node), and (d) with ``litellm.acompletion`` to the upstream (LiteLLM as a library). Rounds
+   interleaved; p50/p95/p99 and requests/s for each, and what each adds over (a).
 2. A ~1M-token chat request (book text, a needle, a question): end-to-end time through the gateway
    vs the same request sent directly (the upstream accepts any size), and the gateway's own compression
    time. The book text is the shared haystack's novels repeated to
@@ -53,7 +54,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import aiohttp  # noqa: E402
 import litellm  # noqa: E402
 
-from bench import long_text  # noqa: E402
+from bench import long_text, peers  # noqa: E402
 from tests.gateway.corpus import NEEDLE, QUESTION  # noqa: E402
 
 litellm.suppress_debug_info = True
@@ -209,7 +210,8 @@ def gateway_call(session: aiohttp.ClientSession, url: str, model: str, messages:
 
 
 async def passthrough(upstream: str, gateway: str, session: aiohttp.ClientSession, total: int,
-                      concurrency: int, proxy: str | None = None) -> dict[str, Any]:
+                      concurrency: int, proxy: str | None = None,
+                      portkey: str | None = None) -> dict[str, Any]:
     payload = json.dumps({"model": "echo", "messages": SHORT}).encode()
     responses = json.dumps({"model": "echo", "input": SHORT[0]["content"]}).encode()
     sides = {"direct": post_call(session, upstream + "/chat/completions", payload),
@@ -224,6 +226,9 @@ async def passthrough(upstream: str, gateway: str, session: aiohttp.ClientSessio
     if proxy:
         sides["litellm proxy"] = post_call(session, proxy + "/v1/chat/completions", payload,
                                            {"authorization": f"Bearer {PROXY_KEY}"})
+    if portkey:
+        sides["portkey gateway"] = post_call(session, portkey + "/v1/chat/completions", payload,
+                                             peers.portkey_headers(upstream))
     sides["litellm library"] = direct_call(upstream, SHORT)
     for call in sides.values():  # warm every path: connection pools, lazy imports
         await run_load(call, 100, concurrency)
@@ -303,6 +308,18 @@ def start_proxy(folder: Path, upstream: str, port: int) -> subprocess.Popen:
             time.sleep(0.25)
     proc.kill()
     raise RuntimeError("the LiteLLM proxy did not start")
+
+
+def start_portkey(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str | None]:
+    """Portkey's gateway beside the gateway for part 1, or (None, None) with the reason printed."""
+    if args.no_portkey or args.skip_passthrough or args.parts_only:
+        return None, None
+    port = free_port()
+    try:
+        return peers.start_portkey(port), f"http://127.0.0.1:{port}"
+    except peers.PeerUnavailable as reason:
+        print(f"no Portkey side: {reason}")
+        return None, None
 
 
 # -- the 1M-token request --------------------------------------------------------------------------
@@ -519,6 +536,7 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
             proxy_port = free_port()
             proxy_proc = start_proxy(Path(folder), upstream, proxy_port)
             proxy = f"http://127.0.0.1:{proxy_port}"
+        portkey_proc, portkey = start_portkey(args)
         connector = aiohttp.TCPConnector(limit=64)
         try:
             async with aiohttp.ClientSession(connector=connector) as session:
@@ -534,7 +552,8 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                     total = args.requests if concurrency == 1 else args.requests * 3
                     before = shadow_counts(gateway)
                     results[f"passthrough_c{concurrency}"] = await passthrough(upstream, gateway, session,
-                                                                               total, concurrency, proxy)
+                                                                               total, concurrency, proxy,
+                                                                               portkey)
                     results[f"passthrough_c{concurrency}"]["observe"].update(
                         sampled_share(before, shadow_counts(gateway)))
                     print_passthrough(concurrency, results[f"passthrough_c{concurrency}"])
@@ -551,8 +570,9 @@ async def latency(args: argparse.Namespace) -> dict[str, Any]:
                                                        400, args.short_clients)
                 print_short(results["short_during_big"], results["short_idle"], args.short_clients)
         finally:
-            if proxy_proc is not None:
-                stop(proxy_proc, 20)
+            for peer in (proxy_proc, portkey_proc):
+                if peer is not None:
+                    stop(peer, 20)
             stop(gateway_proc, 10)
             upstream_proc.kill()
             upstream_proc.wait(10)
@@ -620,6 +640,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="general_settings.compression_executor of the gateway")
     parser.add_argument("--skip-passthrough", action="store_true", help="only the big-request parts")
     parser.add_argument("--no-proxy", action="store_true", help="no LiteLLM proxy beside the gateway")
+    parser.add_argument("--no-portkey", action="store_true", help="no Portkey gateway beside the gateway")
     parser.add_argument("--no-relay", action="store_true",
                         help="the gateway with raw_relay: false (every request through LiteLLM, as before)")
     parser.add_argument("--passthrough-only", action="store_true", help="only part 1")
