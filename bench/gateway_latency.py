@@ -296,18 +296,7 @@ def start_proxy(folder: Path, upstream: str, port: int) -> subprocess.Popen:
     argv = [str(Path(sys.executable).parent / "litellm"), "--config", str(config), "--host", "127.0.0.1",
             "--port", str(port)]
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the LiteLLM proxy exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health/liveliness", timeout=1) as answer:
-                if answer.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.25)
-    proc.kill()
-    raise RuntimeError("the LiteLLM proxy did not start")
+    return peers.answering(proc, f"http://127.0.0.1:{port}/health/liveliness", "the LiteLLM proxy", 120)
 
 
 def start_portkey(args: argparse.Namespace) -> tuple[subprocess.Popen | None, str | None]:

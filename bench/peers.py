@@ -6,7 +6,8 @@ started with node. It forwards an OpenAI-shaped request to the provider its head
 a custom host: the upstream the gateway uses. Its start-server listens on every interface; the preload
 ``bench/loopback.cjs`` makes it listen on 127.0.0.1 only.
 
-The LiteLLM proxy, the other peer, is started by ``bench.gateway_latency.start_proxy``.
+The LiteLLM proxy, the other peer, is started by ``bench.gateway_latency.start_proxy``; both are
+waited for by :func:`answering`.
 """
 
 from __future__ import annotations
@@ -54,19 +55,29 @@ def start_portkey(port: int, version: str = PORTKEY_VERSION, timeout_s: float = 
     home = portkey_home(version)
     argv = ["node", "--require", str(LOOPBACK), "build/start-server.js", f"--port={port}", "--headless"]
     proc = subprocess.Popen(argv, cwd=home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return answering(proc, f"http://127.0.0.1:{port}/", "Portkey's gateway", timeout_s, any_status=True)
+
+
+def answering(proc: subprocess.Popen, url: str, name: str, timeout_s: float, *,
+              any_status: bool = False) -> subprocess.Popen:
+    """``proc`` once ``url`` answers 200 (with ``any_status``, any HTTP status); else
+    ``PeerUnavailable`` says why: it exited, or stayed silent for ``timeout_s`` (then it is killed)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise PeerUnavailable(f"Portkey's gateway exited with {proc.returncode}")
+            raise PeerUnavailable(f"{name} exited with {proc.returncode}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1):
-                return proc
+            with urllib.request.urlopen(url, timeout=1) as answer:
+                if answer.status == 200 or any_status:
+                    return proc
         except urllib.error.HTTPError:
-            return proc
+            if any_status:
+                return proc
         except OSError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.1)
     proc.kill()
-    raise PeerUnavailable(f"Portkey's gateway did not answer in {timeout_s:.0f} s")
+    raise PeerUnavailable(f"{name} did not answer in {timeout_s:.0f} s")
 
 
 def portkey_headers(upstream: str) -> dict[str, str]:
