@@ -315,3 +315,17 @@ def test_an_upstream_401_quoting_the_key_is_a_502_without_it(setup: Any, stream:
         time.sleep(0.2)  # the log line is written
         assert "sk-" not in gateway.log.read_text()
         assert "upstream refused the gateway's credentials (status 401)" in gateway.log.read_text()
+
+
+def test_a_legacy_completion_reaches_a_private_ca_upstream(setup: Any) -> None:
+    # /v1/completions goes out through an OpenAI client made for the call (gateway.upstream.forward),
+    # with LiteLLM's TLS setting, as the relays: SSL_CERT_FILE names the CA that signed the upstream.
+    upstreams, _, gateways = setup
+    upstreams.all["tls"].clear()
+    for flag in (True, False):
+        legacy = {"model": "tls", "prompt": "Once upon a time", "max_tokens": 7}
+        response = httpx.post(gateways[flag].url + "/v1/completions", json=legacy, headers=AUTH, timeout=60,
+                              trust_env=False)
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"]
+    assert len(upstreams.all["tls"].received("echo")) == 2
